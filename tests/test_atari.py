@@ -1,0 +1,246 @@
+"""Checks of what only ppo_atari.py has, and short end-to-end runs of its command line (SPEC.md)."""
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, load_script
+
+P = load_script("ppo_atari")
+TINY = ["--num-envs", "4", "--num-steps", "64", "--save-interval", "0"]  # 256 steps an update, saved every update
+
+
+def run(*argv, timeout=300, **kwargs):
+    return subprocess.run([sys.executable, str(ROOT / "ppo_atari.py"), *argv], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+# --------------------------------------------------------------------------------- the environment
+def test_env_id_spellings():
+    for name in ("Breakout", "BreakoutNoFrameskip-v4", "ALE/Breakout-v5", "breakout"):
+        assert P.rom_id(name) == "breakout"
+    assert P.rom_id("MsPacman") == "ms_pacman" and P.rom_id("SpaceInvadersNoFrameskip-v4") == "space_invaders"
+    assert P.rom_id("Breakfast") is None
+
+
+def test_frames_equal_sb3_wrappers():
+    """The script's games give the frames of SB3's MaxAndSkip + WarpFrame pipeline plus a 4-frame stack.
+
+    The random parts of both pipelines (no-op starts, FIRE at reset) are switched off in both, so that the same
+    action sequence must give the same pixels: every step, all four stacked frames, until the game ends."""
+    import ale_py
+    from stable_baselines3.common.atari_wrappers import MaxAndSkipEnv, WarpFrame
+    gym.register_envs(ale_py)
+    args = P.Args(env_id="Breakout")
+    ours = P.make_envs(args, 1, noop_max=0, use_fire_reset=False)
+    sb3 = gym.wrappers.FrameStackObservation(
+        WarpFrame(MaxAndSkipEnv(gym.make("BreakoutNoFrameskip-v4"), skip=4), 84, 84), 4, padding_type="zero")
+    obs, _ = ours.reset(seed=0)
+    ref, _ = sb3.reset(seed=0)
+    assert obs.shape == (1, 4, 84, 84) and obs.dtype == np.uint8
+    assert np.array_equal(obs[0], ref[..., 0])
+    rng = np.random.default_rng(0)
+    for t in range(2000):
+        action = int(rng.integers(0, 4))
+        obs, reward, term, trunc, info = ours.step(np.array([action]))
+        ref, ref_reward, ref_term, ref_trunc, _ = sb3.step(action)
+        assert reward[0] == ref_reward, f"step {t}"
+        if ref_term or ref_trunc:  # our game has already restarted: its last frames are in final_obs
+            assert term[0] and np.array_equal(info["final_obs"][0], ref[..., 0])
+            break
+        assert np.array_equal(obs[0], ref[..., 0]), f"frames differ at step {t}"
+    assert t > 50, "the game ended too soon to show anything"
+
+
+class Recorder:
+    """Wraps the script's vector env and keeps what the games really did, for an independent reckoning."""
+
+    def __init__(self, envs):
+        self.envs, self.steps = envs, []
+        self.single_action_space = envs.single_action_space
+
+    def reset(self, **kwargs):
+        obs, info = self.envs.reset(**kwargs)
+        self.lives = info["lives"].copy()
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, term, trunc, info = self.envs.step(actions)
+        self.steps.append((reward.copy(), term.copy(), trunc.copy(), self.lives.copy(), info["lives"].copy()))
+        self.lives = info["lives"].copy()
+        return obs, reward, term, trunc, info
+
+    def close(self):
+        self.envs.close()
+
+
+@pytest.mark.slow
+def test_life_loss_is_a_done_and_the_logged_score_is_the_unclipped_game(tmp_path, monkeypatch):
+    # Space Invaders: 3 lives, rewards of 5 to 200 per step, so a clipped score would show.
+    recorders = []
+    make = P.make_envs
+    monkeypatch.setattr(P, "make_envs", lambda *a, **k: recorders.append(Recorder(make(*a, **k))) or recorders[-1])
+    args = P.Args(env_id="SpaceInvaders", total_timesteps=4096, num_envs=2, num_steps=256, save_interval=1e9,
+                  run_dir=str(tmp_path))
+    P.train(args)
+    games, clipped_games, lost_lives = [], [], 0
+    score, clipped, length = np.zeros(2), np.zeros(2), np.zeros(2, int)
+    for reward, term, trunc, lives_before, lives_after in recorders[0].steps:
+        score, clipped, length = score + reward, clipped + np.sign(reward), length + 1
+        for i in range(2):
+            if term[i] and lives_after[i] < lives_before[i]:
+                lost_lives += 1  # a done for learning, and the same game goes on
+            elif term[i] or trunc[i]:  # the game is over: the games report the next game's lives already
+                games.append((float(score[i]), int(length[i])))
+                clipped_games.append((float(clipped[i]), int(length[i])))
+                score[i], clipped[i], length[i] = 0, 0, 0
+    logged = [(float(r["return"]), int(r["length"])) for r in read_csv(tmp_path / "episodes.csv")]
+    assert len(games) >= 2 and lost_lives >= 2 * len(games)
+    assert sorted(logged) == sorted(games)  # whole games, with their true scores...
+    assert sorted(logged) != sorted(clipped_games)  # ...which differ from the clipped ones the agent learns from
+
+
+# --------------------------------------------------------------------------------- the command line
+@pytest.mark.parametrize("argv,flag", [
+    (["--num-envs", "0"], "--num-envs"),
+    (["--num-minibatches", "3"], "--num-minibatches"),
+    (["--total-timesteps", "-5"], "--total-timesteps"),
+    (["--learning-rate", "0"], "--learning-rate"),
+    (["--env-id", "NotAGame-v5"], "--env-id"),
+    (["--gamma", "1.5"], "--gamma"),
+    (["--device", "tpu"], "--device"),
+    (["--eval-episodes", "0"], "--eval-episodes"),
+])
+def test_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        P.parse_args(argv)
+    assert e.value.code == 2
+    assert flag in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_import_has_no_side_effects(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["ppo_atari.py", "--no-such-flag"])
+    load_script("ppo_atari")
+    assert os.listdir(tmp_path) == []
+
+
+def test_broken_checkpoints_exit_1_with_one_line(tmp_path, capsys):
+    good = tmp_path / "good.pt"
+    torch.save(dict(script="ppo_atari", format=P.FORMAT, model={}), good)
+    cases = {"missing.pt": None, "truncated.pt": good.read_bytes()[:100], "foreign.pt": None, "text.pt": b"hello"}
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "foreign.pt")
+    for name, content in cases.items():
+        if content is not None:
+            (tmp_path / name).write_bytes(content)
+        with pytest.raises(SystemExit) as e:
+            P.load_checkpoint(str(tmp_path / name))
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 1 and len(err) == 1 and name in err[0], err
+
+
+@pytest.mark.slow
+def test_cli_broken_checkpoint_no_traceback(tmp_path):
+    (tmp_path / "bad.pt").write_bytes(b"\x80\x02not a checkpoint")
+    for flag in ("--eval", "--resume"):
+        out = run(flag, str(tmp_path / "bad.pt"))
+        assert out.returncode == 1 and "Traceback" not in out.stderr and "bad.pt" in out.stderr
+    out = run("--env-id", "Breakfast")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "--env-id" in out.stderr.strip().splitlines()[-1] and "get_all_rom_ids" in out.stderr
+
+
+@pytest.mark.slow
+def test_run_outputs_and_same_seed_same_run(tmp_path):
+    for name in ("a", "b"):
+        out = run("--total-timesteps", "1024", "--run-dir", str(tmp_path / name), *TINY)
+        assert out.returncode == 0, out.stderr
+    assert "time split: env" in out.stdout
+    a = tmp_path / "a"
+    assert json.load(open(a / "args.json"))["total_timesteps"] == 1024
+    updates = read_csv(a / "updates.csv")
+    assert [int(r["global_step"]) for r in updates] == [256, 512, 768, 1024]
+    assert set(updates[0]) >= {"sps", "learning_rate", "clip_coef", "pg_loss", "v_loss", "entropy", "approx_kl",
+                               "clipfrac", "explained_variance"}
+    # the schedules: lr and clip range fall linearly from their start values, the same fraction for both
+    assert [float(r["learning_rate"]) for r in updates] == pytest.approx([2.5e-4 * f for f in (1, .75, .5, .25)], rel=1e-5)
+    assert [float(r["clip_coef"]) for r in updates] == pytest.approx([0.1 * f for f in (1, .75, .5, .25)], rel=1e-5)
+    assert (a / "curve.png").stat().st_size > 1000
+    ckpt = torch.load(a / "checkpoint.pt", weights_only=True)
+    assert ckpt["script"] == "ppo_atari" and ckpt["global_step"] == 1024 and ckpt["iteration"] == 4
+    assert set(ckpt) >= {"model", "optimizer", "args", "format"}
+    for name in ("updates.csv", "episodes.csv"):  # all but the timing columns are equal
+        rows = [read_csv(tmp_path / run_name / name) for run_name in ("a", "b")]
+        for row in rows[0] + rows[1]:
+            row.pop("sps", None), row.pop("wall_time", None)
+        assert rows[0] == rows[1] and len(rows[0]) > 0, name
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_resume_continues(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = ["--total-timesteps", "3072", "--run-dir", str(run_dir), *TINY]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "ppo_atari.py"), *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (run_dir / "updates.csv").exists() or len(read_csv(run_dir / "updates.csv")) < 2:
+        assert time.time() < deadline and proc.poll() is None, "the run did not get going"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    rows = read_csv(run_dir / "updates.csv")
+    assert 2 <= ckpt["iteration"] < 12 and ckpt["global_step"] == int(rows[-1]["global_step"])
+
+    out = run("--resume", str(run_dir / "checkpoint.pt"), "--seed", "2")
+    assert out.returncode == 2 and "--seed" in out.stderr.strip().splitlines()[-1]
+    out = run("--resume", str(run_dir / "checkpoint.pt"), "--device", "cpu", "--total-timesteps", "3072")
+    assert out.returncode == 0, out.stderr
+    steps = [int(r["global_step"]) for r in read_csv(run_dir / "updates.csv")]
+    assert steps == list(range(256, 3073, 256))  # no update lost or repeated
+    lrs = [float(r["learning_rate"]) for r in read_csv(run_dir / "updates.csv")]
+    assert lrs == pytest.approx([2.5e-4 * (1 - i / 12) for i in range(12)], rel=1e-5)  # the schedule carried on
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["global_step"] == 3072
+
+
+@pytest.mark.slow
+def test_eval_with_gif_ends_for_a_policy_that_never_fires(tmp_path):
+    # An untrained policy played greedily keeps taking one action; if it is not FIRE, the ball never comes
+    # and only the frame cap ends the game. 2000 frames = 500 steps.
+    out = run("--total-timesteps", "256", "--max-episode-frames", "2000", "--run-dir", str(tmp_path), *TINY)
+    assert out.returncode == 0, out.stderr
+    gif = tmp_path / "game.gif"
+    out = run("--eval", str(tmp_path / "checkpoint.pt"), "--eval-episodes", "2", "--deterministic",
+              "--gif", str(gif))
+    assert out.returncode == 0, out.stderr
+    assert "over 2 games" in out.stdout and "+-" in out.stdout
+    from PIL import Image
+    with Image.open(gif) as image:
+        assert image.n_frames > 10 and image.size == (252, 252)
+
+
+@pytest.mark.slow
+def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    out = run("--total-timesteps", "256", "--run-dir", str(tmp_path), *TINY)
+    assert out.returncode == 0, out.stderr
+    good = (tmp_path / "checkpoint.pt").read_bytes()
+    # A huge learning rate sends the weights to infinity at the first optimizer step.
+    out = run("--total-timesteps", "1024", "--learning-rate", "1e30", "--run-dir", str(tmp_path), *TINY)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "non-finite loss in update" in out.stderr.strip().splitlines()[-1]
+    assert (tmp_path / "checkpoint.pt").read_bytes() == good
+    assert (tmp_path / "curve.png").exists() and (tmp_path / "updates.csv").exists()
