@@ -1,22 +1,23 @@
-"""PPO on Atari from pixels: Breakout with the classic preprocessing, a Nature CNN and the PPO paper's schedules.
+"""PPO on Atari from pixels: Breakout, the classic preprocessing, a Nature CNN and the PPO paper's schedules.
 
-    python ppo_atari.py                                    # 10M steps of Breakout (about an hour on a GPU)
-    python ppo_atari.py --total-timesteps 50000            # a tiny run that shows every output
+    python ppo_atari.py                              # 10M steps of Breakout, the headline experiment
+    python ppo_atari.py --total-timesteps 50000      # a short run that writes every output
     python ppo_atari.py --eval runs/<run>/checkpoint.pt --gif breakout.gif
 
-Implements, tagged in the code with the numbering of "The 37 Implementation Details of PPO" (Huang et al.,
-2022): core-1..13, atari-1..9, aux-1 (the PPO paper's Atari setting anneals the clip range 0.1 with the
-learning rate 2.5e-4, both linearly to 0) and aux-3 (optional target-KL early stop). The environment is
-ale-py's AtariVectorEnv, which does the whole classic preprocessing in C++ threads and matched Stable-Baselines3's
-wrapper pipeline pixel for pixel (tests/test_atari.py checks it).
-Deliberately different from the classic wrappers: after a lost life nothing presses FIRE for the agent (a vector
-env cannot step one game alone, and an action the policy did not choose would corrupt the stored
-log-probabilities), so the agent learns to press FIRE itself.
-Kept from CleanRL rather than the paper: 4 epochs (the paper used 3) and value coefficient 0.5 (the paper used 1,
-with a shared network this lets the value loss dominate the gradient); CleanRL reproduced openai/baselines with them.
+Implements, tagged where the code does it with the numbering of "The 37 Implementation Details of PPO"
+(Huang et al., 2022): core-1..13, atari-1..9, aux-1 (clip range annealed with the learning rate, the PPO
+paper's Atari setting) and aux-3 (optional target-KL stop). The games are ale-py's AtariVectorEnv, which does
+the whole classic preprocessing in C++ threads; tests/test_atari.py checks its frames against the
+Stable-Baselines3 wrappers, pixel for pixel.
+Left out on purpose: the classic wrappers pressed FIRE after every lost life. A vector env cannot step one
+game alone, and an action the policy did not choose would corrupt the stored log-probabilities, so here the
+agent learns to press FIRE itself (FIRE is still pressed when a new game starts).
+Kept from CleanRL, not from the paper: 4 epochs (paper: 3) and value coefficient 0.5 (paper: 1). With one
+network for actor and critic a larger value coefficient lets the value loss dominate the shared gradient;
+CleanRL matched openai/baselines with these.
 
-Paper: Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347.
-Expect a mean score of about 20 over the last 100 games after 1M steps, and about 400 after 10M (README.md).
+Paper: Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347. Expect a mean of
+about 20 over the last 100 games after 1M steps, and about 400 after 10M (README.md has the measurements).
 """
 import argparse
 import json
@@ -35,7 +36,7 @@ from ale_py.vector_env import AtariVectorEnv
 from torch.distributions import Categorical
 from tqdm import tqdm
 
-SCRIPT, FORMAT = "ppo_atari", 1  # recorded in every checkpoint, so a foreign file is recognised
+SCRIPT, FORMAT = "ppo_atari", 1  # written into every checkpoint, so that a foreign file is recognised
 
 
 def arg(default, help):
@@ -47,9 +48,9 @@ class Args:
     # experiment
     seed: int = arg(1, "seed of torch and of the games")
     torch_deterministic: bool = arg(True, "make cuDNN deterministic (same seed, same run)")
-    bf16: bool = arg(False, "run the network in bfloat16 autocast (weights and optimizer stay float32)")
     device: str = arg("auto", "auto | cpu | cuda (auto takes CUDA when present)")
-    run_dir: str = arg("", "the run's folder (default runs/<env>__ppo_atari__<seed>__<unix time>)")
+    bf16: bool = arg(False, "run the convolutions in bfloat16 autocast (weights and optimizer stay float32)")
+    run_dir: str = arg("", "the run's folder (default runs/<game>__ppo_atari__<seed>__<unix time>)")
     save_interval: float = arg(300.0, "seconds between checkpoints (one is also written at the end)")
     resume: str = arg("", "continue the run of this checkpoint, with its arguments")
     eval: str = arg("", "play --eval-episodes games with this checkpoint's policy and print the scores")
@@ -57,76 +58,69 @@ class Args:
     deterministic: bool = arg(False, "--eval takes the most likely action instead of sampling")
     gif: str = arg("", "--eval also writes the first game to this GIF file")
     # environment
-    env_id: str = arg("Breakout", "ALE game: Breakout, BreakoutNoFrameskip-v4, ALE/Breakout-v5 or breakout")
-    total_timesteps: int = arg(10_000_000, "environment steps (agent steps, 4 frames each) of the run")
+    env_id: str = arg("Breakout", "ALE game: Breakout, BreakoutNoFrameskip-v4, ALE/Breakout-v5, breakout")
+    total_timesteps: int = arg(10_000_000, "environment steps of the run (agent steps, 4 frames each)")
     num_envs: int = arg(8, "games stepped in parallel [core-1]")
-    max_episode_frames: int = arg(108_000, "frames after which a game is truncated (30 minutes at 60 Hz)")
+    max_episode_frames: int = arg(108_000, "frames after which a game is cut off (30 minutes at 60 Hz)")
     # algorithm
     num_steps: int = arg(128, "steps per env per rollout")
     learning_rate: float = arg(2.5e-4, "Adam learning rate")
     anneal_lr: bool = arg(True, "anneal the learning rate linearly to 0 [core-4]")
-    anneal_clip: bool = arg(True, "anneal the clip range linearly to 0, as the PPO paper did on Atari [aux-1]")
+    anneal_clip: bool = arg(True, "anneal the clip range linearly to 0, as the PPO paper on Atari [aux-1]")
     gamma: float = arg(0.99, "discount factor")
     gae_lambda: float = arg(0.95, "GAE lambda [core-5]")
     num_minibatches: int = arg(4, "minibatches per epoch [core-6]")
     update_epochs: int = arg(4, "passes over each rollout")
     norm_adv: bool = arg(True, "normalize advantages per minibatch [core-7]")
-    clip_coef: float = arg(0.1, "clip range of the surrogate and the value [core-8, core-9]")
+    clip_coef: float = arg(0.1, "clip range of the policy ratio and of the value [core-8, core-9]")
     clip_vloss: bool = arg(True, "clip the value loss [core-9]")
     ent_coef: float = arg(0.01, "entropy bonus coefficient [core-10]")
     vf_coef: float = arg(0.5, "value loss coefficient [core-10]")
     max_grad_norm: float = arg(0.5, "global gradient norm clip [core-11]")
-    target_kl: float = arg(None, "stop the epochs of an update when approx_kl exceeds this [aux-3] (off by default)")
+    target_kl: float = arg(None, "stop an update's epochs once approx_kl exceeds this [aux-3]; None: off")
 
 
 def rom_id(env_id):
-    """'Breakout', 'BreakoutNoFrameskip-v4', 'ALE/Breakout-v5', 'breakout' -> 'breakout'; None if not a game."""
+    """'Breakout', 'BreakoutNoFrameskip-v4', 'ALE/Breakout-v5', 'breakout' -> 'breakout'; None if no game."""
     name = re.sub(r"(NoFrameskip|Deterministic)?(-v\d+)?$", "", env_id.split("/")[-1])
-    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()  # MsPacman -> ms_pacman
     return name if name in get_all_rom_ids() else None
 
 
 def parse_args(argv=None):
-    """Args from the command line; with --resume or --eval, the checkpoint's arguments."""
-    def parser(suppress):
+    """Args from the command line; under --resume or --eval, the checkpoint's own arguments."""
+    def parser(suppress):  # suppress: a parser that returns only the flags actually written
         p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         for f in fields(Args):
+            kind = dict(action=argparse.BooleanOptionalAction) if f.type is bool else dict(
+                type=f.type if f.type in (int, str) else float)
             default = argparse.SUPPRESS if suppress else f.default
-            kind = {"bool": dict(action=argparse.BooleanOptionalAction)}.get(
-                f.type.__name__, dict(type=f.type if f.type in (int, str) else float))
             p.add_argument("--" + f.name.replace("_", "-"), default=default, help=f.metadata["help"], **kind)
         return p
     p = parser(False)
-    args = Args(**vars(p.parse_args(argv)))
-    given = vars(parser(True).parse_args(argv))  # only the flags written on the command line
+    args, given = Args(**vars(p.parse_args(argv))), vars(parser(True).parse_args(argv))
+    if args.resume and args.eval:
+        p.error("--resume and --eval: give one of them")
     if args.resume or args.eval:
-        if args.resume and args.eval:
-            p.error("--resume and --eval: give one of them")
         saved = load_checkpoint(args.resume or args.eval)["args"]
-        own = {"resume", "device"} | ({"eval", "eval_episodes", "deterministic", "gif", "seed"} if args.eval else set())
+        own = {"resume", "device"}  # flags that may differ from the checkpoint's
+        own |= {"eval", "eval_episodes", "deterministic", "gif", "seed"} if args.eval else set()
         for k, v in given.items():
             if k not in own and v != saved[k]:
-                p.error(f"--{k.replace('_', '-')} {v} differs from the checkpoint's {saved[k]}: drop it to resume")
+                p.error(f"--{k.replace('_', '-')} {v} differs from the checkpoint's {saved[k]}; leave it out")
         args = Args(**{**saved, **{k: v for k, v in given.items() if k in own}})
     batch_size = args.num_envs * args.num_steps
-    checks = [  # (must hold, what the flag must be)
-        (rom_id(args.env_id) is not None, f"--env-id {args.env_id!r} is not an ALE game; list them with "
-         "python -c 'import ale_py.roms; print(ale_py.roms.get_all_rom_ids())'"),
-        (args.total_timesteps > 0, "--total-timesteps must be positive"),
-        (args.num_envs > 0, "--num-envs must be positive"),
-        (args.num_steps > 0, "--num-steps must be positive"),
-        (args.num_minibatches > 0 and batch_size % args.num_minibatches == 0,
-         f"--num-minibatches must be positive and divide num_envs * num_steps = {batch_size}"),
-        (args.update_epochs > 0, "--update-epochs must be positive"),
-        (args.learning_rate > 0, "--learning-rate must be positive"),
-        (args.clip_coef > 0, "--clip-coef must be positive"),
+    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs",
+                "learning_rate", "clip_coef", "max_episode_frames", "eval_episodes"]
+    checks = [(getattr(args, k) > 0, f"--{k.replace('_', '-')} must be positive") for k in positive] + [
+        (batch_size % max(args.num_minibatches, 1) == 0,
+         f"--num-minibatches must divide num_envs * num_steps = {batch_size}"),
         (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1, "--gamma and --gae-lambda must lie in [0, 1]"),
-        (args.max_episode_frames > 0, "--max-episode-frames must be positive"),
-        (args.eval_episodes > 0, "--eval-episodes must be positive"),
         (args.device in ("auto", "cpu", "cuda"), "--device must be auto, cpu or cuda"),
-        (args.device != "cuda" or torch.cuda.is_available(), "--device cuda needs a CUDA GPU; none is visible"),
-    ]
+        (args.device != "cuda" or torch.cuda.is_available(), "--device cuda: no CUDA GPU is visible"),
+        (rom_id(args.env_id) is not None, f"--env-id {args.env_id!r} is not an ALE game; list the games with "
+         "python -c 'import ale_py.roms; print(ale_py.roms.get_all_rom_ids())'")]
     for ok, message in checks:
         if not ok:
             p.error(message)
@@ -136,12 +130,12 @@ def parse_args(argv=None):
 def make_envs(args, num_envs, training=True, **overrides):
     """The games, preprocessed in C++ threads; `overrides` lets the tests switch off the random no-ops."""
     settings = dict(
-        noop_max=30,                                  # [atari-1] up to 30 no-ops at the start of a game
-        frameskip=4, maxpool=True,                    # [atari-2] repeat each action 4 frames, max of the last two
-        life_loss_info=training,                      # [atari-3] a lost life ends the episode, the game goes on
-        use_fire_reset=True,                          # [atari-4] press FIRE at the start of a game
+        noop_max=30,                                  # [atari-1] up to 30 no-ops when a game starts
+        frameskip=4, maxpool=True,                    # [atari-2] each action 4 frames, max of the last 2
+        life_loss_info=training,                      # [atari-3] a lost life ends the episode, not the game
+        use_fire_reset=True,                          # [atari-4] press FIRE when a game starts
         img_height=84, img_width=84, grayscale=True,  # [atari-5]
-        reward_clipping=False,                        # [atari-6] done below, so the game's true score stays known
+        reward_clipping=False,                        # [atari-6] done in the loop, to keep the true score
         stack_num=4,                                  # [atari-7]
         repeat_action_probability=0.0,                # no sticky actions, as in the published PPO results
         max_num_frames_per_episode=args.max_episode_frames,
@@ -157,7 +151,7 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class Agent(nn.Module):
-    """The Nature CNN, shared by the actor and the critic [atari-8, core-13]."""
+    """The Nature CNN, one trunk for the actor and the critic [atari-8, core-13]."""
 
     def __init__(self, num_actions, bf16=False):
         super().__init__()
@@ -168,13 +162,13 @@ class Agent(nn.Module):
             layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),  # (B, 64, 7, 7)
             nn.Flatten(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
         )
-        self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)  # near-uniform first policy
+        self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)  # a near-uniform first policy
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
     def hidden(self, x):
-        # x: (B, 4, 84, 84) uint8, kept that way until here [atari-9]. Channels-last convolutions run about
-        # twice as fast on CPU (FACTS.md); Flatten still reads the features in the usual order.
-        # With --bf16 the convolutions run in bfloat16 (1.6x faster here) and the small heads in float32.
+        # x: (B, 4, 84, 84) uint8, scaled to [0, 1] only here [atari-9]. Channels-last convolutions run about
+        # twice as fast on CPU (FACTS.md); Flatten still reads the features in the usual order. The heads stay
+        # float32, so log-probabilities are float32 with --bf16 too.
         with torch.autocast(x.device.type, torch.bfloat16, enabled=self.bf16):
             return self.network(x.to(torch.float32, memory_format=torch.channels_last).mul_(1 / 255)).float()
 
@@ -191,7 +185,7 @@ class Agent(nn.Module):
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
-    """Generalized advantage estimation [core-5]. dones[t] == 1: obs t is the first of a new episode."""
+    """Generalized advantage estimation [core-5]. dones[t] == 1: observation t starts a new episode."""
     next_values = torch.cat([values[1:], next_value[None]])             # V_{t+1}: (T, N)
     next_nonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])  # 0 where step t ended an episode
     deltas = rewards + gamma * next_values * next_nonterminal - values
@@ -205,7 +199,7 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 
 def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, entropy,
              clip_coef, vf_coef, ent_coef, clip_vloss=True):
-    """The clipped PPO objective [core-8..10], as a loss to minimize, and its debug variables [core-12]."""
+    """The clipped PPO objective as a loss to minimize [core-8..10], and its debug variables [core-12]."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     pg_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)).mean()
@@ -216,10 +210,9 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, en
         v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
     entropy_loss = entropy.mean()
     loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
-    with torch.no_grad():
-        stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
-                     approx_kl=((ratio - 1) - logratio).mean(),  # Schulman's low-variance estimator
-                     clipfrac=((ratio - 1).abs() > clip_coef).float().mean())
+    stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
+                 approx_kl=((ratio - 1) - logratio).mean(),  # Schulman's unbiased, low-variance estimator
+                 clipfrac=((ratio - 1).abs() > clip_coef).float().mean())
     return loss, {k: v.detach() for k, v in stats.items()}
 
 
@@ -229,60 +222,60 @@ def fail(message):
 
 
 def load_checkpoint(path):
-    """A checkpoint of this script, or exit 1 with one line saying why not."""
-    try:  # weights_only: plain data only, so a checkpoint from a stranger cannot run code
+    """This script's checkpoint at path, or exit 1 with one line saying why not."""
+    try:  # weights_only: plain data only, so that a stranger's checkpoint cannot run code
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         fail(f"checkpoint {path}: no such file")
     except Exception as e:
-        fail(f"checkpoint {path}: not readable as a checkpoint ({type(e).__name__}: {str(e)[:80]})")
+        fail(f"checkpoint {path}: unreadable, truncated or not a checkpoint ({type(e).__name__})")
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT or ckpt.get("format") != FORMAT:
-        fail(f"checkpoint {path}: not a {SCRIPT}.py checkpoint of format {FORMAT}")
+        fail(f"checkpoint {path}: not a checkpoint of {SCRIPT}.py, format {FORMAT}")
     return ckpt
 
 
 def save_checkpoint(path, **state):
-    tmp = f"{path}.tmp"
-    torch.save(dict(script=SCRIPT, format=FORMAT, **state), tmp)
-    os.replace(tmp, path)  # atomic: a crash mid-write leaves the previous checkpoint whole
+    torch.save(dict(script=SCRIPT, format=FORMAT, **state), f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)  # atomic: a crash mid-write leaves the previous checkpoint whole
 
 
 def plot_curve(csv_path, png_path, title):
     import matplotlib
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # files only, no window
     import matplotlib.pyplot as plt
     rows = open(csv_path).read().split()[1:]  # global_step, wall_time, return, length
     data = np.array([[float(x) for x in row.split(",")] for row in rows]).reshape(-1, 4)
     fig, ax = plt.subplots(figsize=(7, 4))
     if len(data):
-        ax.plot(data[:, 0], data[:, 2], ".", alpha=0.25, markersize=3, label="game score")
         w = max(1, min(100, len(data) // 5))
+        ax.plot(data[:, 0], data[:, 2], ".", alpha=0.25, markersize=3, label="one game")
         ax.plot(data[w - 1:, 0], np.convolve(data[:, 2], np.ones(w) / w, "valid"), label=f"mean of {w} games")
         ax.legend()
-    ax.set(xlabel="environment steps", ylabel="episodic return (unclipped game score)", title=title)
+    ax.set(xlabel="environment steps", ylabel="game score (unclipped)", title=title)
     fig.tight_layout()
     fig.savefig(png_path, dpi=100)
     plt.close(fig)
 
 
 def pick_device(name):
-    return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else "cpu" if name == "auto" else name)
+    return torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
 
 
 def evaluate(args):
-    """Play args.eval_episodes whole games (all lives), one per env, and report their unclipped scores."""
+    """Play --eval-episodes whole games (all lives), one per env, and report their unclipped scores."""
     ckpt, device = load_checkpoint(args.eval), pick_device(args.device)
     torch.manual_seed(args.seed)
-    envs = make_envs(args, args.eval_episodes, training=False)
+    envs = make_envs(args, args.eval_episodes, training=False)  # a game ends when its last life is lost
     agent = Agent(envs.single_action_space.n, args.bf16).to(device, memory_format=torch.channels_last)
     agent.load_state_dict(ckpt["model"])
     obs, _ = envs.reset(seed=args.seed)
     scores, finished, frames = np.zeros(args.eval_episodes), np.zeros(args.eval_episodes, bool), []
-    while not finished.all():  # each game ends by itself or at --max-episode-frames: never hangs
+    while not finished.all():  # every game ends, by itself or at --max-episode-frames: no hang
         if args.gif and not finished[0]:
-            frames.append(obs[0, -1])  # the newest 84x84 frame of game 0, what the agent sees
+            frames.append(obs[0, -1])  # the newest 84x84 frame of game 0: what the agent sees
         with torch.no_grad():
-            action, _, _, _ = agent.get_action_and_value(torch.from_numpy(obs).to(device), greedy=args.deterministic)
+            x = torch.from_numpy(obs).to(device)
+            action, _, _, _ = agent.get_action_and_value(x, greedy=args.deterministic)
         obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
         scores += reward * ~finished
         finished |= term | trunc
@@ -305,12 +298,11 @@ def train(args):
     torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.backends.cudnn.benchmark = not args.torch_deterministic
     ckpt = load_checkpoint(args.resume) if args.resume else None
-    run_dir = args.run_dir or f"runs/{rom_id(args.env_id)}__{SCRIPT}__{args.seed}__{int(time.time())}"
-    args.run_dir = run_dir
-    os.makedirs(run_dir, exist_ok=True)
-    paths = {name: os.path.join(run_dir, name) for name in
-             ("args.json", "episodes.csv", "updates.csv", "curve.png", "checkpoint.pt")}
-    with open(paths["args.json"], "w") as f:
+    args.run_dir = args.run_dir or f"runs/{rom_id(args.env_id)}__{SCRIPT}__{args.seed}__{int(time.time())}"
+    os.makedirs(args.run_dir, exist_ok=True)
+    path = {name: os.path.join(args.run_dir, name) for name in
+            ("args.json", "episodes.csv", "updates.csv", "curve.png", "checkpoint.pt")}
+    with open(path["args.json"], "w") as f:
         json.dump(asdict(args), f, indent=2)
 
     envs = make_envs(args, args.num_envs)
@@ -322,13 +314,12 @@ def train(args):
         optimizer.load_state_dict(ckpt["optimizer"])
         global_step, iteration, elapsed = ckpt["global_step"], ckpt["iteration"], ckpt["elapsed"]
         torch.set_rng_state(ckpt["torch_rng"])
-    # The CSVs hold what happened up to the checkpoint: rows written after it are dropped, new ones appended.
-    logs = {}
+    logs = {}  # on resume: the rows up to the checkpoint are kept, later ones dropped, new ones appended
     for name, header in (("episodes.csv", "global_step,wall_time,return,length"),
                          ("updates.csv", "global_step,sps,learning_rate,clip_coef,pg_loss,v_loss,entropy,"
                                          "approx_kl,clipfrac,explained_variance")):
-        old = open(paths[name]).read().splitlines()[1:] if ckpt and os.path.exists(paths[name]) else []
-        logs[name] = open(paths[name], "w")
+        old = open(path[name]).read().split()[1:] if ckpt and os.path.exists(path[name]) else []
+        logs[name] = open(path[name], "w")
         logs[name].write("\n".join([header] + [r for r in old if int(r.split(",")[0]) <= global_step]) + "\n")
 
     # Rollout storage, on the device. Observations stay uint8: a quarter of the memory and of the copying.
@@ -336,38 +327,37 @@ def train(args):
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
     logprobs, rewards, dones, values = (torch.zeros((args.num_steps, args.num_envs), device=device)
                                         for _ in range(4))  # each (num_steps, num_envs) float32
-    # The games restart on resume (an emulator's state is not saved); the seed moves on so they are new games.
+    # A resumed run starts new games (an emulator's state is not saved), with seeds not used before.
     next_obs_np, info = envs.reset(seed=args.seed + iteration * args.num_envs)
     next_obs = torch.from_numpy(next_obs_np).to(device)  # (num_envs, 4, 84, 84) uint8
     next_done = torch.zeros(args.num_envs, device=device)
     game_score, game_length = np.zeros(args.num_envs), np.zeros(args.num_envs, dtype=int)
-    frame_number = info["episode_frame_number"]
-    recent = []  # the last 100 game scores, for the progress bar
-    timer = dict(env=0.0, action=0.0, update=0.0)
+    frame_number = info["episode_frame_number"].copy()
+    recent, timer = [], dict(env=0.0, action=0.0, update=0.0)  # recent: the last 100 scores, for the bar
 
-    stop = {"signal": None, "broken": False}
-    def on_signal(signum, frame):  # finish the update under way, then save and leave
+    stop = dict(signal=None, broken="")
+    def on_signal(signum, frame):  # let the update under way finish, then save and leave
         stop["signal"] = signum
     old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def save_all():
-        """One place for the periodic save, the end, Ctrl-C and SIGTERM."""
+        """One place for the periodic save, the end, Ctrl-C, SIGTERM and a broken update."""
         for f in logs.values():
             f.flush()
         if not stop["broken"]:  # never overwrite the last good checkpoint with a broken model
-            save_checkpoint(paths["checkpoint.pt"], model=agent.state_dict(), optimizer=optimizer.state_dict(),
+            save_checkpoint(path["checkpoint.pt"], model=agent.state_dict(), optimizer=optimizer.state_dict(),
                             global_step=global_step, iteration=iteration, elapsed=elapsed,
                             torch_rng=torch.get_rng_state(), args=asdict(args))
-        plot_curve(paths["episodes.csv"], paths["curve.png"], f"{SCRIPT}.py, {args.env_id}, seed {args.seed}")
+        plot_curve(path["episodes.csv"], path["curve.png"], f"{SCRIPT}.py, {args.env_id}, seed {args.seed}")
 
     bar = tqdm(total=num_iterations * batch_size, initial=global_step, unit="step", dynamic_ncols=True)
     start, last_save = time.time() - elapsed, time.time()
     try:
         while iteration < num_iterations and stop["signal"] is None:
             iteration += 1
-            t_iter, step_at_start = time.time(), global_step
+            t_iteration, step_at_start = time.time(), global_step
             # Schedules are functions of the iteration alone, so a resumed run picks them up where they were.
-            frac = 1.0 - (iteration - 1.0) / num_iterations  # 1 at the first update, 1/num_iterations at the last
+            frac = 1.0 - (iteration - 1.0) / num_iterations  # 1 at the first update, 1/num_iterations last
             lr = args.learning_rate * (frac if args.anneal_lr else 1.0)  # [core-4]
             clip_coef = args.clip_coef * (frac if args.anneal_clip else 1.0)  # [aux-1]
             for group in optimizer.param_groups:
@@ -380,30 +370,28 @@ def train(args):
                 with torch.no_grad():
                     action, logprob, _, value = agent.get_action_and_value(next_obs)
                 actions[step], logprobs[step], values[step] = action, logprob, value
-                action_np = action.cpu().numpy()  # the one host sync of a step: the games need the actions
+                action_np = action.cpu().numpy()  # the step's one wait on the device: the games need it
                 t1 = time.perf_counter()
                 next_obs_np, reward, term, trunc, info = envs.step(action_np)
-                t2 = time.perf_counter()
                 global_step += args.num_envs
-                # The score is the game's unclipped reward; the agent learns from its sign [atari-6].
-                game_score += reward
-                game_length += 1
+                # The score is the game's own reward; the agent learns from its sign only [atari-6].
+                game_score, game_length = game_score + reward, game_length + 1
                 train_reward = np.sign(reward).astype(np.float32)
-                # Truncation is not termination: bootstrap from V(final observation), which the games report
-                # only when a game restarted (FACTS.md). Terminated wins when both are set.
+                # Truncation is not termination: bootstrap from V(final observation), which the games only
+                # report when a game restarted (FACTS.md). When both are set, terminated wins.
                 bootstrap = trunc & ~term
                 if bootstrap.any():
                     final_obs = torch.from_numpy(info["final_obs"][bootstrap]).to(device)
                     with torch.no_grad():
-                        final_value = agent.get_value(final_obs).cpu().numpy()
-                    train_reward[bootstrap] += args.gamma * final_value
+                        final_value = agent.get_value(final_obs)
+                    train_reward[bootstrap] += args.gamma * final_value.cpu().numpy()
                 rewards[step] = torch.from_numpy(train_reward).to(device)
-                # A lost life is a done for GAE [atari-3], but the score runs until the game is over, seen
-                # as the game's frame counter going back (the info is already the new game's, FACTS.md).
-                next_done = torch.from_numpy((term | trunc).astype(np.float32)).to(device)
                 next_obs = torch.from_numpy(next_obs_np).to(device)
+                next_done = torch.from_numpy((term | trunc).astype(np.float32)).to(device)
+                # A lost life is a done for GAE [atari-3], yet the score adds up until the game is over, which
+                # shows as the frame counter going back: the info is already the next game's (FACTS.md).
                 game_over = (term | trunc) & (info["episode_frame_number"] < frame_number)
-                frame_number = info["episode_frame_number"]
+                frame_number = info["episode_frame_number"].copy()
                 for i in np.flatnonzero(game_over):
                     logs["episodes.csv"].write(f"{global_step},{time.time() - start:.1f},"
                                                f"{game_score[i]:g},{game_length[i]}\n")
@@ -442,20 +430,20 @@ def train(args):
                     all_stats.append(torch.stack([loss.detach(), *stats.values()]))
                 if args.target_kl is not None and stats["approx_kl"].item() > args.target_kl:  # [aux-3]
                     break
-            # One conversion per update: on a GPU, no waiting on the device at every minibatch.
-            loss_mean, *means = torch.stack(all_stats).mean(0).tolist()
+            # One conversion per update: a GPU is not waited for at every minibatch.
+            loss_mean, *stat_means = torch.stack(all_stats).mean(0).tolist()
             timer["update"] += time.perf_counter() - t0
-            if not np.isfinite(loss_mean):  # stop, keep the last good checkpoint, write the logs
-                stop["broken"] = f"non-finite loss in update {iteration} (global step {global_step}); " \
-                                 f"the last good checkpoint is kept in {paths['checkpoint.pt']}"
+            if not np.isfinite(loss_mean):  # stop; keep the last good checkpoint; write the logs
+                stop["broken"] = (f"non-finite loss in update {iteration} (global step {global_step}); "
+                                  f"the last good checkpoint is kept in {path['checkpoint.pt']}")
                 break
 
             # ------------------------------------------------------------ 5. logging
             y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
-            explained_var = 1 - np.var(y_true - y_pred) / np.var(y_true) if np.var(y_true) > 0 else float("nan")
-            sps = (global_step - step_at_start) / (time.time() - t_iter)
-            logs["updates.csv"].write(",".join(f"{x:.6g}" for x in [global_step, sps, lr, clip_coef, *means,
-                                                                    explained_var]) + "\n")
+            explained_var = 1 - np.var(y_true - y_pred) / np.var(y_true) if np.var(y_true) > 0 else np.nan
+            sps = (global_step - step_at_start) / (time.time() - t_iteration)
+            row = [global_step, sps, lr, clip_coef, *stat_means, explained_var]
+            logs["updates.csv"].write(",".join(f"{x:.6g}" for x in row) + "\n")
             bar.update(global_step - step_at_start)
             bar.set_postfix(score=f"{np.mean(recent):.1f}" if recent else "-", sps=f"{sps:.0f}")
             elapsed = time.time() - start
@@ -472,17 +460,14 @@ def train(args):
             signal.signal(s, handler)
     if stop["broken"]:
         fail(stop["broken"])
-    total = sum(timer.values())
-    print(f"{global_step} steps in {time.time() - start:.0f} s; time split: " + ", ".join(
-        f"{k} {v:.0f} s ({100 * v / max(total, 1e-9):.0f}%)" for k, v in timer.items()))
+    total = max(sum(timer.values()), 1e-9)
+    print(f"{global_step} steps, {time.time() - start:.0f} s; time split: " + ", ".join(
+        f"{k} {v:.0f} s ({100 * v / total:.0f}%)" for k, v in timer.items()))
     if stop["signal"] is not None:
-        print(f"stopped by signal {stop['signal']}; resume with --resume {paths['checkpoint.pt']}")
-    return run_dir
+        print(f"stopped by signal {stop['signal']}; continue with --resume {path['checkpoint.pt']}")
+    return args.run_dir
 
 
 if __name__ == "__main__":
     args = parse_args()
-    if args.eval:
-        evaluate(args)
-    else:
-        train(args)
+    evaluate(args) if args.eval else train(args)
