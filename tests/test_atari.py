@@ -244,3 +244,22 @@ def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     assert "non-finite loss in update" in out.stderr.strip().splitlines()[-1]
     assert (tmp_path / "checkpoint.pt").read_bytes() == good
     assert (tmp_path / "curve.png").exists() and (tmp_path / "updates.csv").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bf16", [False, True])
+def test_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch, bf16):
+    # The first minibatch of every update recomputes the log-probabilities and values the rollout stored:
+    # before any step of the optimizer they must agree, or the ratio is not 1 where PPO assumes it is.
+    calls, original = [], P.ppo_loss
+    def spy(*a, **k):
+        calls.append([x.detach().clone() for x in a[:5]])
+        return original(*a, **k)
+    monkeypatch.setattr(P, "ppo_loss", spy)
+    P.train(P.Args(total_timesteps=512, bf16=bf16, run_dir=str(tmp_path), num_envs=4, num_steps=64))
+    assert len(calls) == 2 * 4 * 4  # 2 updates x 4 epochs x 4 minibatches
+    for first in (calls[0], calls[16]):
+        newlogprob, oldlogprob, _, newvalue, oldvalue = first
+        torch.testing.assert_close(newlogprob, oldlogprob, rtol=0, atol=1e-5)
+        torch.testing.assert_close(newvalue, oldvalue, rtol=0, atol=1e-5)
+    assert not torch.allclose(calls[-1][0], calls[-1][1], rtol=0, atol=1e-7)  # later minibatches do move
