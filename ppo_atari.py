@@ -189,8 +189,7 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
     next_values = torch.cat([values[1:], next_value[None]])             # V_{t+1}: (T, N)
     next_nonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])  # 0 where step t ended an episode
     deltas = rewards + gamma * next_values * next_nonterminal - values
-    advantages = torch.zeros_like(rewards)
-    last = torch.zeros_like(next_value)
+    advantages, last = torch.zeros_like(rewards), torch.zeros_like(next_value)  # last: A_{t+1}, A_T = 0
     for t in reversed(range(rewards.shape[0])):
         last = deltas[t] + gamma * gae_lambda * next_nonterminal[t] * last
         advantages[t] = last
@@ -216,21 +215,16 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, en
     return loss, {k: v.detach() for k, v in stats.items()}
 
 
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
 def load_checkpoint(path):
     """This script's checkpoint at path, or exit 1 with one line saying why not."""
     try:  # weights_only: plain data only, so that a stranger's checkpoint cannot run code
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
-        fail(f"checkpoint {path}: no such file")
+        sys.exit(f"error: checkpoint {path}: no such file")  # exit status 1
     except Exception as e:
-        fail(f"checkpoint {path}: unreadable, truncated or not a checkpoint ({type(e).__name__})")
+        sys.exit(f"error: checkpoint {path}: unreadable, truncated or not a checkpoint ({type(e).__name__})")
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT or ckpt.get("format") != FORMAT:
-        fail(f"checkpoint {path}: not a checkpoint of {SCRIPT}.py, format {FORMAT}")
+        sys.exit(f"error: checkpoint {path}: not a checkpoint of {SCRIPT}.py, format {FORMAT}")
     return ckpt
 
 
@@ -239,21 +233,20 @@ def save_checkpoint(path, **state):
     os.replace(f"{path}.tmp", path)  # atomic: a crash mid-write leaves the previous checkpoint whole
 
 
-def plot_curve(csv_path, png_path, title):
+def plot_curve(csv_path, png_path, title, ylabel="episodic return"):
     import matplotlib
     matplotlib.use("Agg")  # files only, no window
     import matplotlib.pyplot as plt
     rows = open(csv_path).read().split()[1:]  # global_step, wall_time, return, length
     data = np.array([[float(x) for x in row.split(",")] for row in rows]).reshape(-1, 4)
+    w = max(1, min(100, len(data) // 5))  # the moving average's window
     fig, ax = plt.subplots(figsize=(7, 4))
-    if len(data):
-        w = max(1, min(100, len(data) // 5))
-        ax.plot(data[:, 0], data[:, 2], ".", alpha=0.25, markersize=3, label="one game")
-        ax.plot(data[w - 1:, 0], np.convolve(data[:, 2], np.ones(w) / w, "valid"), label=f"mean of {w} games")
-        ax.legend()
-    ax.set(xlabel="environment steps", ylabel="game score (unclipped)", title=title)
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=100)
+    ax.plot(data[:, 0], data[:, 2], ".", alpha=0.25, markersize=3, label="one episode")
+    cumulative = np.cumsum(np.insert(data[:, 2], 0, 0.0))
+    ax.plot(data[w - 1:, 0], (cumulative[w:] - cumulative[:-w]) / w, label=f"mean of {w} episodes")
+    ax.set(xlabel="environment steps", ylabel=ylabel, title=title)
+    ax.legend()
+    fig.savefig(png_path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -302,8 +295,7 @@ def train(args):
     os.makedirs(args.run_dir, exist_ok=True)
     path = {name: os.path.join(args.run_dir, name) for name in
             ("args.json", "episodes.csv", "updates.csv", "curve.png", "checkpoint.pt")}
-    with open(path["args.json"], "w") as f:
-        json.dump(asdict(args), f, indent=2)
+    json.dump(asdict(args), open(path["args.json"], "w"), indent=2)
 
     envs = make_envs(args, args.num_envs)
     agent = Agent(envs.single_action_space.n, args.bf16).to(device, memory_format=torch.channels_last)
@@ -313,7 +305,6 @@ def train(args):
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         global_step, iteration, elapsed = ckpt["global_step"], ckpt["iteration"], ckpt["elapsed"]
-        torch.set_rng_state(ckpt["torch_rng"])
     logs = {}  # on resume: the rows up to the checkpoint are kept, later ones dropped, new ones appended
     for name, header in (("episodes.csv", "global_step,wall_time,return,length"),
                          ("updates.csv", "global_step,sps,learning_rate,clip_coef,pg_loss,v_loss,entropy,"
@@ -336,8 +327,7 @@ def train(args):
     recent, timer = [], dict(env=0.0, action=0.0, update=0.0)  # recent: the last 100 scores, for the bar
 
     stop = dict(signal=None, broken="")
-    def on_signal(signum, frame):  # let the update under way finish, then save and leave
-        stop["signal"] = signum
+    on_signal = lambda signum, frame: stop.update(signal=signum)  # finish the update, then save and leave
     old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def save_all():
@@ -346,9 +336,9 @@ def train(args):
             f.flush()
         if not stop["broken"]:  # never overwrite the last good checkpoint with a broken model
             save_checkpoint(path["checkpoint.pt"], model=agent.state_dict(), optimizer=optimizer.state_dict(),
-                            global_step=global_step, iteration=iteration, elapsed=elapsed,
-                            torch_rng=torch.get_rng_state(), args=asdict(args))
-        plot_curve(path["episodes.csv"], path["curve.png"], f"{SCRIPT}.py, {args.env_id}, seed {args.seed}")
+                            global_step=global_step, iteration=iteration, elapsed=elapsed, args=asdict(args))
+        plot_curve(path["episodes.csv"], path["curve.png"], f"{SCRIPT}.py, {args.env_id}, seed {args.seed}",
+                   "game score (unclipped; one episode = one game)")
 
     bar = tqdm(total=num_iterations * batch_size, initial=global_step, unit="step", dynamic_ncols=True)
     start, last_save = time.time() - elapsed, time.time()
@@ -360,8 +350,7 @@ def train(args):
             frac = 1.0 - (iteration - 1.0) / num_iterations  # 1 at the first update, 1/num_iterations last
             lr = args.learning_rate * (frac if args.anneal_lr else 1.0)  # [core-4]
             clip_coef = args.clip_coef * (frac if args.anneal_clip else 1.0)  # [aux-1]
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            optimizer.param_groups[0]["lr"] = lr
 
             # ------------------------------------------------------------ 2. rollout
             for step in range(args.num_steps):
@@ -459,7 +448,7 @@ def train(args):
         for s, handler in old_handlers.items():
             signal.signal(s, handler)
     if stop["broken"]:
-        fail(stop["broken"])
+        sys.exit(f"error: {stop['broken']}")
     total = max(sum(timer.values()), 1e-9)
     print(f"{global_step} steps, {time.time() - start:.0f} s; time split: " + ", ".join(
         f"{k} {v:.0f} s ({100 * v / total:.0f}%)" for k, v in timer.items()))
