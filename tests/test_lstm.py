@@ -160,3 +160,14 @@ def test_learns_masked_cartpole_and_the_control_does_not(tmp_path):
         means[memory] = returns[-20:].mean()
     assert means["lstm"] >= 475, means
     assert means["none"] < 200, means
+
+
+@pytest.mark.slow
+def test_nonfinite_loss_stops_with_exit_1_and_keeps_the_last_good_checkpoint(tmp_path):
+    out = run("--total-timesteps", "256", "--run-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    good = (tmp_path / "checkpoint.pt").read_bytes()
+    out = run("--total-timesteps", "1024", "--learning-rate", "1e30", "--run-dir", str(tmp_path))
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "non-finite loss in update" in out.stderr.strip().splitlines()[-1]
+    assert (tmp_path / "checkpoint.pt").read_bytes() == good

@@ -1,5 +1,6 @@
 """SPEC.md's limits on every script: size, line length, and only the standard library and requirements.txt."""
 import ast
+import os
 import io
 import sys
 import tokenize
@@ -46,3 +47,12 @@ def test_imports_only_stdlib_and_requirements(name):
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported <= allowed, imported - allowed
     assert not imported & {s.removesuffix(".py") for s in SCRIPTS}, "a script imports a sibling"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_import_parses_nothing_builds_nothing_writes_nothing(name, tmp_path, monkeypatch):
+    from conftest import load_script
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--no-such-flag"])  # parsed, this would exit 2
+    module = load_script(name)
+    assert os.listdir(tmp_path) == [] and callable(module.compute_gae) and callable(module.ppo_loss)
