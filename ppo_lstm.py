@@ -406,9 +406,10 @@ def train(args):
                 bootstrap = trunc & ~term
                 if bootstrap.any():
                     final_obs = as_tensor(np.stack(info["final_obs"][bootstrap]), device)[None]  # (1, k, obs)
-                    state = tuple(s[:, bootstrap] for s in lstm_state)  # one more step of their own memory
+                    state = tuple(s[:, bootstrap] for s in lstm_state)  # one more step of their own memory,
+                    no_reset = torch.zeros(final_obs.shape[:2], device=device)  # within the same episode
                     with torch.no_grad():
-                        final_value = agent.get_action_and_value(final_obs, state, 0 * final_obs[..., 0])[3]
+                        final_value = agent.get_action_and_value(final_obs, state, no_reset)[3]
                     reward[bootstrap] += args.gamma * final_value.cpu().numpy()
                 rewards[step] = as_tensor(reward, device)
                 next_obs = as_tensor(next_obs_np, device)
@@ -429,8 +430,7 @@ def train(args):
                                                   args.gamma, args.gae_lambda)
 
             # ------------------------------------------------------------ 4. update
-            # [lstm-4] a minibatch is a set of whole env sequences, which the LSTM replays in order from the
-            # rollout's initial state [lstm-5].
+            # [lstm-4, lstm-5] minibatches of whole env sequences, replayed from the rollout's initial state
             all_stats = []
             for epoch in range(args.update_epochs):
                 env_perm = torch.randperm(args.num_envs, device=device)
