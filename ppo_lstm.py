@@ -294,8 +294,8 @@ def evaluate(args):
         if args.gif and not finished[0]:
             frames.append(envs.unwrapped.envs[0].render())
         with torch.no_grad():
-            x, greedy = as_tensor(obs, device)[None], args.deterministic  # x: a sequence of one step
-            action, _, _, _, state = agent.get_action_and_value(x, state, done[None], greedy=greedy)
+            x = as_tensor(obs, device)[None]  # a sequence of one step: (1, num_envs, obs_dim)
+            action, *_, state = agent.get_action_and_value(x, state, done[None], greedy=args.deterministic)
         obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
         returns += reward * ~finished
         finished |= term | trunc

@@ -1,7 +1,6 @@
 """Checks of what only ppo_atari.py has, and short end-to-end runs of its command line (SPEC.md)."""
 import csv
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -129,13 +128,6 @@ def test_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
         P.parse_args(argv)
     assert e.value.code == 2
     assert flag in capsys.readouterr().err.strip().splitlines()[-1]
-
-
-def test_import_has_no_side_effects(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["ppo_atari.py", "--no-such-flag"])
-    load_script("ppo_atari")
-    assert os.listdir(tmp_path) == []
 
 
 def test_broken_checkpoints_exit_1_with_one_line(tmp_path):
