@@ -1,0 +1,233 @@
+"""Checks of what only ppo_continuous.py has: its Gaussian and tanh-squashed policies, the truncation
+bootstrap, the normalization statistics that travel with the checkpoint, and its command line (SPEC.md)."""
+import csv
+import signal
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch.distributions import AffineTransform, Independent, Normal, TanhTransform, TransformedDistribution
+
+from conftest import ROOT, load_script
+
+P = load_script("ppo_continuous")
+SMALL = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--num-minibatches", "4", "--update-epochs", "2"]
+
+
+def run(*argv, timeout=300):
+    return subprocess.run([sys.executable, str(ROOT / "ppo_continuous.py"), *argv], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def read_csv(path):
+    return list(csv.DictReader(open(path)))
+
+
+def agent_for(space, squash, seed=0):
+    torch.manual_seed(seed)
+    agent = P.Agent(3, P.Args(squash=squash, init_logstd=-0.3), space)
+    with torch.no_grad():  # a mean that is not near zero, so that the squash matters
+        agent.actor_mean[-1].weight.normal_(0, 1.0)
+    return agent
+
+
+def test_gaussian_log_prob_and_entropy_equal_torch_distributions():
+    agent = agent_for(gym.spaces.Box(-2, 2, (2,)), squash=False)
+    x, u = torch.randn(64, 3), 3 * torch.randn(64, 2)
+    action, u_out, logprob, entropy, value = agent.get_action_and_value(x, u)
+    dist = Independent(Normal(agent.actor_mean(x), agent.actor_logstd.exp()), 1)
+    torch.testing.assert_close(logprob, dist.log_prob(u))
+    torch.testing.assert_close(entropy, dist.entropy())
+    assert torch.equal(action, u) and torch.equal(u_out, u)  # unclipped: the env call clips [cont-5]
+    torch.testing.assert_close(value, agent.critic(x).squeeze(-1))
+
+
+def test_squashed_log_prob_equals_transformed_distribution_and_stays_finite_at_the_bounds():
+    low, high = np.array([-2.0, 0.0, -1.0], np.float32), np.array([2.0, 1.0, 3.0], np.float32)
+    agent = agent_for(gym.spaces.Box(low, high), squash=True)
+    x = torch.randn(512, 3)
+    mean, std = agent.actor_mean(x).detach(), agent.actor_logstd.exp().detach()
+    # samples across the range, many far out: at |u| = 8 an action is within 1e-6 of its bound
+    u = (mean + std * torch.randn(512, 3) * torch.tensor([1.0, 4.0, 8.0])).clamp(-8, 8)
+    action, u_out, logprob, entropy, _ = agent.get_action_and_value(x, u)
+    # The reference in float64, where atanh(action) still recovers u this close to the bounds.
+    scale, low64 = torch.as_tensor((high - low) / 2).double(), torch.as_tensor(low).double()
+    reference = TransformedDistribution(Normal(mean.double(), std.double()),
+                                        [TanhTransform(), AffineTransform(low64 + scale, scale)])
+    y = low64 + scale * (torch.tanh(u.double()) + 1)
+    torch.testing.assert_close(action.double(), y, rtol=1e-5, atol=1e-5)
+    assert torch.equal(u_out, u)  # the rollout stores u, never atanh(action)
+    torch.testing.assert_close(logprob.double(), reference.log_prob(y).sum(1), rtol=1e-4, atol=1e-3)
+    assert (u.abs() > 5).any(1).sum() > 50  # the comparison did reach near the bounds
+    # Beyond that, tanh(u) rounds to exactly +-1 in float32: the log-probability stays finite.
+    far = torch.tensor([[9.0, -12.0, 30.0], [-40.0, 25.0, -9.5]])
+    _, _, far_logprob, far_entropy, _ = agent.get_action_and_value(x[:2], far)
+    assert torch.isfinite(far_logprob).all() and torch.isfinite(far_entropy).all()
+    assert ((action >= torch.as_tensor(low)) & (action <= torch.as_tensor(high))).all()
+
+
+@pytest.mark.slow
+def test_truncation_bootstraps_from_the_final_observations_value(tmp_path, monkeypatch):
+    # Pendulum always ends by truncation at step 200. The rewards that reach compute_gae at those steps
+    # must be the scaled reward plus gamma * V(final observation); with truncation taken as termination
+    # they would be the scaled reward alone, and this test fails.
+    seen = dict(steps=[], agent=None)
+    original_make, original_gae, original_value = P.make_envs, P.compute_gae, P.Agent.get_value
+
+    def make_envs(args, num_envs, render=False):
+        envs = original_make(args, num_envs, render)
+        step = envs.step
+        def recorded(action):
+            out = step(action)
+            seen["steps"].append((out[1].copy(), out[2].copy(), out[3].copy(), out[4].get("final_obs")))
+            return out
+        envs.step = recorded
+        return envs
+
+    def get_value(self, x):
+        seen["agent"] = self
+        return original_value(self, x)
+
+    def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+        agent = seen["agent"]
+        raw = torch.tensor(np.array([s[0] for s in seen["steps"]]), dtype=torch.float32)
+        scaled = (raw / (agent.return_norm.var.float() + 1e-8).sqrt()).clamp(-10, 10)
+        expected = scaled.clone()
+        for t, (_, term, trunc, final_obs) in enumerate(seen["steps"]):
+            for i in np.flatnonzero(trunc & ~term):
+                with torch.no_grad():
+                    final = agent.obs_norm(torch.as_tensor(final_obs[i], dtype=torch.float32)[None])
+                    expected[t, i] += gamma * agent.get_value(final)[0]
+        truncated = torch.tensor(np.array([s[2] for s in seen["steps"]]))
+        assert truncated.sum() == 2 and dones[1:][truncated[:-1]].eq(1).all()  # a done all the same
+        assert (expected - scaled)[truncated].abs().min() > 1e-3  # the bootstrap is there, and not small
+        torch.testing.assert_close(rewards, expected)
+        seen["checked"] = True
+        return original_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda)
+
+    monkeypatch.setattr(P, "make_envs", make_envs)
+    monkeypatch.setattr(P, "compute_gae", compute_gae)
+    monkeypatch.setattr(P.Agent, "get_value", get_value)
+    P.train(P.parse_args(["--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "256",
+                          "--total-timesteps", "512", "--run-dir", str(tmp_path)]))
+    assert seen.get("checked")
+
+
+@pytest.mark.slow
+def test_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch):
+    # The first minibatch of every update recomputes the stored log-probabilities and values: observations are
+    # normalized the same way in the rollout and in the update, and the stored u is scored, not the clipped
+    # action. Checked with and without the squash.
+    original = P.ppo_loss
+    for squash in ("--no-squash", "--squash"):
+        calls = []
+        def spy(*a, **k):
+            calls.append([x.detach().clone() for x in a[:5]])
+            return original(*a, **k)
+        monkeypatch.setattr(P, "ppo_loss", spy)
+        run_dir = str(tmp_path / squash)
+        P.train(P.parse_args([*SMALL, squash, "--total-timesteps", "768", "--run-dir", run_dir]))
+        assert len(calls) == 3 * 2 * 4
+        for update in range(3):
+            newlogprob, oldlogprob, _, newvalue, oldvalue = calls[update * 8]
+            torch.testing.assert_close(newlogprob, oldlogprob, rtol=0, atol=1e-5)
+            torch.testing.assert_close(newvalue, oldvalue, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["--env-id", "CartPole-v1"], "ppo_lstm.py"),
+    (["--env-id", "NoSuchEnv-v0"], "--env-id"),
+    (["--num-minibatches", "3"], "--num-minibatches"),
+    (["--num-envs", "0"], "--num-envs"),
+    (["--gamma", "1.5"], "--gamma"),
+    (["--device", "tpu"], "--device"),
+])
+def test_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        P.parse_args(argv)
+    assert e.value.code == 2
+    assert flag in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_run_outputs_same_seed_same_run_and_eval_gif(tmp_path):
+    for name in ("a", "b"):
+        out = run(*SMALL, "--total-timesteps", "1024", "--run-dir", str(tmp_path / name))
+        assert out.returncode == 0, out.stderr
+    assert "time split: env" in out.stdout
+    updates = read_csv(tmp_path / "a" / "updates.csv")
+    assert [int(r["global_step"]) for r in updates] == [256, 512, 768, 1024]
+    lrs = [float(r["learning_rate"]) for r in updates]
+    assert lrs == pytest.approx([3e-4 * f for f in (1, .75, .5, .25)])  # annealed linearly [core-4]
+    ckpt = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=True)
+    assert ckpt["script"] == "ppo_continuous" and ckpt["global_step"] == 1024 and ckpt["iteration"] == 4
+    assert {"obs_norm.mean", "obs_norm.var", "return_norm.var"} <= set(ckpt["model"])
+    for name in ("updates.csv", "episodes.csv"):  # all but the timing columns are equal
+        rows = [read_csv(tmp_path / run_name / name) for run_name in ("a", "b")]
+        for row in rows[0] + rows[1]:
+            row.pop("sps", None), row.pop("wall_time", None)
+        assert rows[0] == rows[1] and len(rows[0]) > 0, name
+    gif = tmp_path / "episode.gif"
+    out = run("--eval", str(tmp_path / "a" / "checkpoint.pt"), "--eval-episodes", "2", "--gif", str(gif))
+    assert out.returncode == 0, out.stderr
+    assert "2 episodes: " in out.stdout and gif.stat().st_size > 1000
+    (tmp_path / "broken.pt").write_bytes((tmp_path / "a" / "checkpoint.pt").read_bytes()[:300])
+    out = run("--eval", str(tmp_path / "broken.pt"))
+    assert out.returncode == 1 and "Traceback" not in out.stderr and "broken.pt" in out.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_resume_continues(tmp_path):
+    argv = [*SMALL, "--total-timesteps", "6144", "--run-dir", str(tmp_path), "--save-interval", "0"]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "ppo_continuous.py"), *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "updates.csv").exists() or len(read_csv(tmp_path / "updates.csv")) < 2:
+        assert time.time() < deadline and proc.poll() is None, "the run did not get going"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    last_row = read_csv(tmp_path / "updates.csv")[-1]
+    assert 2 <= ckpt["iteration"] < 24 and ckpt["global_step"] == int(last_row["global_step"])
+    out = run("--resume", str(tmp_path / "checkpoint.pt"), "--squash")
+    assert out.returncode == 2 and "--squash" in out.stderr.strip().splitlines()[-1]
+    out = run("--resume", str(tmp_path / "checkpoint.pt"))
+    assert out.returncode == 0, out.stderr
+    steps = [int(r["global_step"]) for r in read_csv(tmp_path / "updates.csv")]
+    assert steps == list(range(256, 6145, 256))  # no update lost or repeated
+
+
+@pytest.mark.slow
+def test_eval_sees_the_training_normalization(tmp_path, monkeypatch):
+    # An evaluated checkpoint normalizes observations with the statistics the training run saved, frozen.
+    out = run(*SMALL, "--total-timesteps", "1024", "--run-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["model"]
+    assert saved["obs_norm.count"] > 1000 and not torch.equal(saved["obs_norm.mean"], torch.zeros(3).double())
+    seen, original = [], P.RunningNorm.forward
+    def spy(self, x):
+        seen.append((self.mean.clone(), self.var.clone(), self.count.clone()))
+        return original(self, x)
+    monkeypatch.setattr(P.RunningNorm, "forward", spy)
+    P.evaluate(P.parse_args(["--eval", str(tmp_path / "checkpoint.pt"), "--eval-episodes", "2"]))
+    assert len(seen) >= 200  # every step of the 200-step episodes
+    for mean, var, count in seen:
+        assert torch.equal(mean, saved["obs_norm.mean"]) and torch.equal(var, saved["obs_norm.var"])
+        assert torch.equal(count, saved["obs_norm.count"])
+
+
+@pytest.mark.slow
+def test_nonfinite_loss_stops_with_exit_1_and_keeps_the_last_good_checkpoint(tmp_path):
+    out = run(*SMALL, "--total-timesteps", "256", "--run-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    good = (tmp_path / "checkpoint.pt").read_bytes()
+    out = run(*SMALL, "--total-timesteps", "1024", "--learning-rate", "1e30", "--run-dir", str(tmp_path))
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "non-finite loss in update" in out.stderr.strip().splitlines()[-1]
+    assert (tmp_path / "checkpoint.pt").read_bytes() == good
