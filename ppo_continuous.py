@@ -397,6 +397,7 @@ def train(args):
                 # Truncation is not termination: gamma * V(final observation) joins the reward, after the
                 # scaling. V sees it normalized like the rest of the rollout; it never moves the statistics.
                 bootstrap = trunc & ~term  # terminated wins when both are set
+                bootstraps[step] = 0  # the buffer is reused: no value may stay from an earlier rollout
                 if bootstrap.any():
                     final_obs = agent.obs_norm(as_tensor(np.stack(info["final_obs"][bootstrap]), device))
                     with torch.no_grad():

@@ -93,28 +93,29 @@ def test_truncation_bootstraps_from_the_final_observations_value(tmp_path, monke
         return original_value(self, x)
 
     def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
-        agent = seen["agent"]
-        raw = torch.tensor(np.array([s[0] for s in seen["steps"]]), dtype=torch.float32)
+        agent, steps = seen["agent"], seen["steps"][-len(rewards):]  # this rollout's steps
+        raw = torch.tensor(np.array([s[0] for s in steps]), dtype=torch.float32)
         scaled = (raw / (agent.return_norm.var.float() + 1e-8).sqrt()).clamp(-10, 10)
         expected = scaled.clone()
-        for t, (_, term, trunc, final_obs) in enumerate(seen["steps"]):
+        for t, (_, term, trunc, final_obs) in enumerate(steps):
             for i in np.flatnonzero(trunc & ~term):
                 with torch.no_grad():
                     final = agent.obs_norm(torch.as_tensor(final_obs[i], dtype=torch.float32)[None])
                     expected[t, i] += gamma * agent.get_value(final)[0]
-        truncated = torch.tensor(np.array([s[2] for s in seen["steps"]]))
+        truncated = torch.tensor(np.array([s[2] for s in steps]))
         assert truncated.sum() == 2 and dones[1:][truncated[:-1]].eq(1).all()  # a done all the same
         assert (expected - scaled)[truncated].abs().min() > 1e-3  # the bootstrap is there, and not small
-        torch.testing.assert_close(rewards, expected)
-        seen["checked"] = True
+        torch.testing.assert_close(rewards, expected)  # and nowhere else, in this rollout or a later one
+        seen["checked"] = seen.get("checked", 0) + 1
         return original_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda)
 
     monkeypatch.setattr(P, "make_envs", make_envs)
     monkeypatch.setattr(P, "compute_gae", compute_gae)
     monkeypatch.setattr(P.Agent, "get_value", get_value)
+    # 3 rollouts of 256 steps: the truncations fall at steps 200, 144 and 88 of each rollout
     P.train(P.parse_args(["--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "256",
-                          "--total-timesteps", "512", "--run-dir", str(tmp_path)]))
-    assert seen.get("checked")
+                          "--total-timesteps", "1536", "--run-dir", str(tmp_path)]))
+    assert seen.get("checked") == 3
 
 
 @pytest.mark.slow
