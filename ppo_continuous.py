@@ -55,7 +55,7 @@ class Args:
     num_envs: int = arg(1, "envs stepped in parallel [core-1]")
     # algorithm
     squash: bool = arg(False, "tanh-squash the Gaussian into the action bounds instead of clipping [cont-5]")
-    init_logstd: float = arg(0.0, "the policy's log std at the start (0: std 1) [cont-2]")
+    init_logstd: float = arg(-0.5, "the policy's log std at the start: std 0.61 (CleanRL: 0, std 1) [cont-2]")
     num_steps: int = arg(2048, "steps per env per rollout")
     learning_rate: float = arg(3e-4, "Adam learning rate")
     anneal_lr: bool = arg(True, "anneal the learning rate linearly to 0 [core-4]")
