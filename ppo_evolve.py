@@ -291,7 +291,7 @@ def plot_population(csv_path, png_path, title):
     for ax, name in zip(axes, ["fitness", *HPARAMS]):
         ax.scatter(data["generation"], data[name], c=data["fitness"], s=12)
         ax.set(xlabel="generation", title=name, yscale="log" if name in HPARAMS else "linear")
-    fig.suptitle(f"{title} (colour: fitness)")
+    fig.suptitle(f"{title} (colour: fitness)", y=1.03)
     fig.savefig(png_path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
@@ -463,7 +463,7 @@ def train(args):
                 if (agent := train_member(member, seed)) is None:
                     break
                 # ------------------------------------------------------------ 6. fitness
-                returns, lengths = play(agent, fitness_envs, seed, device)
+                returns, lengths = play(agent, fitness_envs, args.seed + generation, device)  # same starts
                 member["fitness"], eval_steps = float(returns.mean()), eval_steps + int(lengths.sum())
                 row = [global_step, eval_steps, generation, member["id"], member["parent"],
                        member["mutation"], member["fitness"], "x".join(map(str, member["hidden"])),
