@@ -1,6 +1,6 @@
 """PPO with evolved hyperparameters: a population of agents trains, is scored, and the fittest are copied.
 
-    python ppo_evolve.py                 # CartPole, 6 members, 600k population steps, a minute or two
+    python ppo_evolve.py                 # CartPole, 6 members, until one scores 475 (<= 600k steps, < 1 min)
     python ppo_evolve.py --no-evolve     # the control: the same population and budget, never selected
     python ppo_evolve.py --total-timesteps 30000 --evo-steps 2048   # a tiny budget, seconds
     python ppo_evolve.py --eval runs/<run>/checkpoint.pt            # plays the fittest member
