@@ -163,6 +163,9 @@ def test_tournament_winners_are_the_fitter_members():
     (["--env-id", "NoSuchEnv-v0"], "--env-id"),
     (["--env-id", "FrozenLake-v1"], "--env-id"),
     (["--device", "tpu"], "--device"),
+    (["--hidden-size", "0"], "--hidden-size"),
+    (["--eval-episodes", "0"], "--eval-episodes"),
+    (["--num-steps", "-1"], "--num-steps"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
     with pytest.raises(SystemExit) as e:
@@ -172,6 +175,12 @@ def test_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
 
 
 TINY = ["--total-timesteps", "6144", "--evo-steps", "1024", "--pop-size", "3", "--eval-episodes", "4"]
+UPDATE_COLUMNS = ("global_step,sps,learning_rate,clip_coef,pg_loss,v_loss,entropy,approx_kl,clipfrac,"
+                  "explained_variance,member")
+
+
+def read_csv(path):
+    return np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True, dtype=None, encoding=None))
 
 
 @pytest.mark.slow
@@ -189,12 +198,26 @@ def test_run_resume_eval_and_broken_checkpoint(tmp_path):
     assert rows[3]["member"] == elite["member"] and rows[3]["learning_rate"] == elite["learning_rate"]
     for name in ("curve.png", "population.png", "episodes.csv", "args.json"):
         assert (run_dir / name).stat().st_size > 0, name
+    # updates.csv: one row per update (2 generations x 3 members x 1 rollout), the common columns, the member
+    assert (run_dir / "updates.csv").read_text().splitlines()[0] == UPDATE_COLUMNS
+    updates = read_csv(run_dir / "updates.csv")
+    assert list(updates["global_step"]) == list(range(1024, 6145, 1024))
+    assert list(updates["member"]) == list(rows["member"])  # the same members, in the same order
+    assert np.allclose(updates["learning_rate"], rows["learning_rate"], rtol=1e-5)  # no annealing by default
+    assert np.isfinite(updates["pg_loss"]).all() and (updates["entropy"] > 0).all()
     out = run("--resume", str(run_dir / "checkpoint.pt"), "--pop-size", "4")
     assert out.returncode == 2 and "--pop-size" in out.stderr.strip().splitlines()[-1]
     out = run("--eval", str(run_dir / "checkpoint.pt"), "--eval-episodes", "3")
     assert out.returncode == 0, out.stderr
     best = max(ckpt["population"], key=lambda m: m["fitness"])
     assert f"member {best['id']} " in out.stdout and "3 episodes: " in out.stdout
+    gif = tmp_path / "best.gif"
+    out = run("--eval", str(run_dir / "checkpoint.pt"), "--eval-episodes", "2", "--deterministic",
+              "--gif", str(gif))
+    assert out.returncode == 0, out.stderr
+    from PIL import Image
+    with Image.open(gif) as image:
+        assert gif.stat().st_size > 1000 and image.n_frames >= 8  # a CartPole episode lasts 8 steps at least
     (tmp_path / "broken.pt").write_bytes((run_dir / "checkpoint.pt").read_bytes()[:200])
     for path in (tmp_path / "broken.pt", tmp_path / "missing.pt"):
         out = run("--eval", str(path))
@@ -214,6 +237,8 @@ def test_sigterm_saves_a_whole_generation_and_resume_finishes_the_run(tmp_path):
     assert proc.returncode == 0 and "stopped by signal" in stdout, stderr
     stopped = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert 1 <= stopped["generation"] < 5 and stopped["global_step"] == stopped["generation"] * 3 * 2048
+    with open(tmp_path / "updates.csv", "a") as f:  # a row written after the checkpoint: resume drops it
+        f.write(f"{stopped['global_step'] + 1},1,1,1,1,1,1,1,1,1,99\n")
     out = run("--resume", str(tmp_path / "checkpoint.pt"))
     assert out.returncode == 0, out.stderr
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
@@ -221,6 +246,22 @@ def test_sigterm_saves_a_whole_generation_and_resume_finishes_the_run(tmp_path):
     rows = np.genfromtxt(tmp_path / "population.csv", delimiter=",", names=True, dtype=None, encoding=None)
     assert list(rows["generation"]) == [g for g in range(5) for _ in range(3)]  # none lost, none twice
     assert (np.diff(rows["global_step"]) == 2048).all()
+    updates = read_csv(tmp_path / "updates.csv")  # 2 updates per member and generation, none lost, none twice
+    assert list(updates["global_step"]) == list(range(1024, 30721, 1024)) and 99 not in updates["member"]
+
+
+@pytest.mark.slow
+def test_target_kl_cuts_the_epochs_and_anneal_lr_follows_global_step(tmp_path, monkeypatch):
+    calls, loss = [], P.ppo_loss  # a spy: counts the minibatch steps
+    monkeypatch.setattr(P, "ppo_loss", lambda *a, **kw: calls.append(1) or loss(*a, **kw))
+    P.train(P.parse_args([*TINY, "--run-dir", str(tmp_path / "a")]))
+    plain, calls[:] = len(calls), []
+    P.train(P.parse_args([*TINY, "--run-dir", str(tmp_path / "b"), "--target-kl", "1e-12", "--anneal-lr"]))
+    assert plain == 6 * 4 * 4 and len(calls) == 6 * 4  # 6 updates; 4 epochs of 4 minibatches, or the first
+    updates, rows = read_csv(tmp_path / "b" / "updates.csv"), read_csv(tmp_path / "b" / "population.csv")
+    # each member's own rate times the share of the run's 6144 steps left when its update began
+    assert np.allclose(updates["learning_rate"],
+                       rows["learning_rate"] * (1 - (updates["global_step"] - 1024) / 6144), rtol=1e-5)
 
 
 @pytest.mark.slow
