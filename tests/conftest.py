@@ -6,7 +6,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Each script joins the shared harness (test_math.py) by adding its module name here.
-SCRIPTS = ["ppo_atari", "ppo_continuous", "ppo_lstm"]
+SCRIPTS = ["ppo_atari", "ppo_continuous", "ppo_lstm", "ppo_evolve"]
 
 
 def load_script(name):
