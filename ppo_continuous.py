@@ -123,9 +123,11 @@ def parse_args(argv=None):
 def make_envs(args, num_envs, render=False):
     """SAME_STEP autoreset: every stored transition is real, the final observation is in info (SPEC.md)."""
     limit = gym.spec(args.env_id).max_episode_steps or 1000  # every episode ends, in training and in --eval
-    if render:
-        os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo draws without a display through EGL
     kwargs = dict(render_mode="rgb_array") if render else {}
+    if render and "mujoco" in str(gym.spec(args.env_id).entry_point):
+        if sys.platform == "linux":
+            os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo draws without a display through EGL
+        kwargs["camera_name"] = "track"  # the model's camera that follows the body, where there is one
     make = lambda: gym.make(args.env_id, max_episode_steps=limit, **kwargs)
     return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 
