@@ -216,15 +216,13 @@ def build(member, obs_dim, action_space, device):
     return agent, optimizer
 
 
-fittest = lambda members: max(members, key=lambda m: m["fitness"])  # the member of the highest fitness
-
-
 def next_generation(population, generation, args, obs_dim, action_space):
-    """Elitism: the fittest goes on as it is. Each other slot: a tournament winner's copy, mutated once."""
+    """Elitism: the fittest goes on as it is. Each other slot: a copy of the winner of a tournament (entrants
+    drawn with replacement), mutated once."""
     rng = np.random.default_rng([args.seed, generation])  # a function of the generation: resume restores it
     odds, children = np.array([getattr(args, "mut_" + k) for k in MUTATIONS]), []
     for slot in range(1, args.pop_size):
-        parent = fittest(rng.choice(population, args.tournament_size))  # drawn with replacement
+        parent = max(rng.choice(population, args.tournament_size), key=lambda m: m["fitness"])
         child = dict(copy.deepcopy(parent), id=generation * args.pop_size + slot, parent=parent["id"],
                      fitness=-np.inf, mutation=str(rng.choice(MUTATIONS, p=odds / odds.sum())))
         if child["mutation"] == "hparam":  # one hyperparameter x0.8 or x1.2, kept within its range
@@ -247,7 +245,7 @@ def next_generation(population, generation, args, obs_dim, action_space):
                     p[fit] = old[name][fit]
                     p[..., old[name].shape[-1]:] = 0  # new inputs of a weight matrix (a new bias is 0 anyway)
         children.append(child)
-    return [fittest(population)] + children
+    return [max(population, key=lambda m: m["fitness"])] + children  # the elite first
 
 
 def load_checkpoint(path):
@@ -324,8 +322,8 @@ def evaluate(args):
     """Play --eval-episodes episodes, one per env, with the fittest member of the checkpoint."""
     ckpt, device = load_checkpoint(args.eval), pick_device(args.device)
     torch.manual_seed(args.seed)
-    envs, frames = make_envs(args, args.eval_episodes, render=bool(args.gif)), []
-    best = fittest(ckpt["population"])
+    best, frames = max(ckpt["population"], key=lambda m: m["fitness"]), []
+    envs = make_envs(args, args.eval_episodes, render=bool(args.gif))
     agent = build(best, envs.single_observation_space.shape[0], envs.single_action_space, device)[0]
     returns = play(agent, envs, args.seed, device, args.deterministic, frames if args.gif else None)[0]
     if args.gif:
@@ -375,7 +373,7 @@ def train(args):
     logprobs, rewards, dones, values = (torch.zeros((args.num_steps, args.num_envs), device=device)
                                         for _ in range(4))  # each (num_steps, num_envs) float32
     # timer: the training's time (the rest is mostly fitness). A signal lets the generation finish (seconds).
-    timer, stop = dict(env=0.0, action=0.0, update=0.0), dict(signal=None, broken=False)
+    timer, stop, recent = dict(env=0.0, action=0.0, update=0.0), dict(signal=None, broken=False), []
     on_signal = lambda signum, frame: stop.update(signal=signum)
     old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
@@ -416,7 +414,8 @@ def train(args):
                         reward[bootstrap] += args.gamma * agent.get_value(final_obs).cpu().numpy()
                 rewards[step], next_obs = as_tensor(reward, device), as_tensor(next_obs_np, device)
                 next_done = as_tensor(term | trunc, device)
-                for i in np.flatnonzero(info.get("_episode", [])):
+                for i in np.flatnonzero(info.get("_episode", [])):  # recent: every member's, for the bar
+                    recent.append(info["episode"]["r"][i])
                     logs["episodes.csv"].write(f"{global_step},{time.time() - start:.1f},"
                                                f"{info['episode']['r'][i]:g},{info['episode']['l'][i]}\n")
                 timer["action"] += t1 - t0
@@ -457,7 +456,7 @@ def train(args):
             row = [global_step, sps, lr, hp["clip_coef"], *stat_means, explained_var, member["id"]]
             logs["updates.csv"].write(",".join(f"{x:.6g}" for x in row) + "\n")
             bar.update(batch_size)  # the bar's rate is the population's steps per second
-            bar.set_postfix(best_fitness=f"{best:.1f}")
+            bar.set_postfix(ret=f"{np.mean(recent[-100:]):.1f}" if recent else "-", best=f"{best:.1f}")
         member["model"] = {k: v.detach().cpu() for k, v in agent.state_dict().items()}
         member["adam"] = {name: {k: v.cpu() for k, v in optimizer.state[p].items()}
                           for name, p in agent.named_parameters() if p in optimizer.state}
@@ -469,12 +468,12 @@ def train(args):
         logs["population.csv"].write(",".join(map(str, row)) + "\n")
 
     bar = tqdm(total=budget, initial=global_step, unit="step", dynamic_ncols=True)
-    start, best = time.time() - elapsed, fittest(population)["fitness"]
+    start, best = time.time() - elapsed, max(m["fitness"] for m in population)
     try:
         while generation < num_generations and best < target and stop["signal"] is None:
             for i, member in enumerate(population):  # sections 2 to 6 are in train_and_score
                 train_and_score(member, args.seed + (generation * args.pop_size + i) * args.num_envs)
-            generation, best = generation + 1, fittest(population)["fitness"]
+            generation, best = generation + 1, max(m["fitness"] for m in population)
             # ------------------------------------------------------------ 7. selection and mutation
             if args.evolve and generation < num_generations and best < target:
                 population = next_generation(population, generation, args, obs_dim, space)
