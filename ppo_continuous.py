@@ -191,10 +191,11 @@ class Agent(nn.Module):
         """x: normalized observations (batch, obs_dim); u: the Gaussian sample (batch, action_dim) to score,
         None to draw one. -> action for the env, u, log-probability, entropy, value."""
         mean, logstd = self.actor_mean(x), self.actor_logstd.expand(x.shape[0], -1)
+        std = logstd.exp()
         if u is None:
-            u = mean if greedy else mean + logstd.exp() * torch.randn_like(mean)
+            u = mean if greedy else mean + std * torch.randn_like(mean)
         # [cont-1, cont-3] independent Normals, written out: torch.distributions costs more than the MLP here
-        logprob = -0.5 * ((u - mean) / logstd.exp()) ** 2 - logstd - 0.5 * math.log(2 * math.pi)
+        logprob = -0.5 * ((u - mean) / std) ** 2 - logstd - 0.5 * math.log(2 * math.pi)
         entropy = 0.5 + 0.5 * math.log(2 * math.pi) + logstd
         if not self.squash:  # [cont-5] u goes out as it is, the env call clips it to the bounds
             return u, u, logprob.sum(1), entropy.sum(1), self.get_value(x)
