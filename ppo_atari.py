@@ -20,6 +20,7 @@ Paper: Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:17
 about 20 over the last 100 games after 1M steps (measured), and 400 after 10M (CleanRL's; ours: README.md).
 """
 import argparse
+import ctypes
 import json
 import os
 import re
@@ -250,6 +251,18 @@ def plot_curve(csv_path, png_path, title, ylabel="episodic return"):
     plt.close(fig)
 
 
+def keep_freed_memory():
+    """Keep the memory the update frees. By default glibc hands freed blocks at the top of its heap back to
+    the kernel, and every minibatch page-faults its tens of MB of inputs and activations in again: on the
+    2-core CPU a 30k-step default run made 7 million page faults and spent 12 of its 53 s in the kernel."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not Linux with glibc: its allocator, its defaults
+        return
+    libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: blocks under 32 MB come from the heap, not from mmap
+    libc.mallopt(-1, 1 << 30)   # M_TRIM_THRESHOLD: the heap keeps up to 1 GB of freed memory for reuse
+
+
 def pick_device(name):
     return torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
 
@@ -287,6 +300,7 @@ def train(args):
     minibatch_size = batch_size // args.num_minibatches
     num_iterations = -(-args.total_timesteps // batch_size)  # rounded up: at least total_timesteps steps
     device = pick_device(args.device)
+    keep_freed_memory()
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.backends.cudnn.benchmark = not args.torch_deterministic
