@@ -5,8 +5,8 @@
     python ppo_lstm.py --env-id Pendulum-v1 --total-timesteps 300000   # angular velocity hidden, Box actions
     python ppo_lstm.py --eval runs/<run>/checkpoint.pt --gif cartpole.gif
 
-The agent sees the cart's position and the pole's angle, not their velocities: an LSTM between a small
-encoder and the actor and critic heads remembers what it saw. Implements, tagged by the numbering of "The 37
+The agent sees the cart's position and the pole's angle, not their velocities: after a small encoder, an
+LSTM for the actor and one for the critic remember what it saw. Implements, tagged by the numbering of "The 37
 Implementation Details of PPO" (Huang et al., 2022): core-1..13, lstm-1..5, aux-3, cont-1..3 and cont-5 (Box
 actions), cont-6..9 (observation normalization, reward scaling: masked CartPole learns far slower without).
 Where recurrent PPO has gone wrong (FACTS.md): the state is zeroed where an episode starts, never at a rollout
@@ -28,7 +28,7 @@ import torch.nn as nn
 from torch.distributions import Categorical, Independent, Normal
 from tqdm import tqdm
 
-SCRIPT, FORMAT = "ppo_lstm", 1  # written into every checkpoint, so that a foreign file is recognised
+SCRIPT, FORMAT = "ppo_lstm", 2  # written into every checkpoint, so that a foreign file is recognised
 MASKS = {"CartPole-v1": "1,3", "Pendulum-v1": "2"}  # the velocities: cart and pole; angular velocity
 
 
@@ -55,15 +55,15 @@ class Args:
     total_timesteps: int = arg(50_000, "environment steps of the run")
     num_envs: int = arg(8, "envs stepped in parallel [core-1]")
     # algorithm
-    memory: str = arg("lstm", "lstm | none (the control: the LSTM's state zeroed before every step)")
-    hidden_size: int = arg(64, "width of the encoder and of the LSTM")
+    memory: str = arg("lstm", "lstm | none (the control: the LSTMs' state zeroed before every step)")
+    hidden_size: int = arg(64, "width of the encoder and of each LSTM")
     num_steps: int = arg(32, "steps per env per rollout: the length of the sequences the update replays")
-    learning_rate: float = arg(2.5e-3, "Adam learning rate")
+    learning_rate: float = arg(1e-3, "Adam learning rate")
     anneal_lr: bool = arg(True, "anneal the learning rate linearly to 0 [core-4]")
     gamma: float = arg(0.99, "discount factor")
     gae_lambda: float = arg(0.95, "GAE lambda [core-5]")
     num_minibatches: int = arg(1, "minibatches per epoch, each of whole env sequences [core-6, lstm-4]")
-    update_epochs: int = arg(4, "passes over each rollout")
+    update_epochs: int = arg(8, "passes over each rollout")
     norm_adv: bool = arg(True, "normalize advantages per minibatch [core-7]")
     clip_coef: float = arg(0.2, "clip range of the policy ratio and of the value [core-8, core-9]")
     clip_vloss: bool = arg(True, "clip the value loss [core-9]")
@@ -137,8 +137,7 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class RunningNorm(nn.Module):
-    """Mean and variance of all the batches seen so far (Chan et al.'s parallel update), kept in buffers: they
-    are saved and loaded with the weights of the module that holds them."""
+    """Mean and variance of all batches so far (Chan et al.'s update), in buffers saved with the weights."""
 
     def __init__(self, shape=()):
         super().__init__()
@@ -159,7 +158,7 @@ class RunningNorm(nn.Module):
 
 
 class Agent(nn.Module):
-    """Encoder -> LSTM -> actor and critic heads, the LSTM shared by both [core-13]."""
+    """Encoder -> two LSTMs, the actor's and the critic's [core-13] -> the actor and the critic heads."""
 
     def __init__(self, obs_dim, args, action_space):
         super().__init__()
@@ -168,33 +167,35 @@ class Agent(nn.Module):
         self.obs_norm = RunningNorm(len(self.visible))  # [cont-6] the policy's input scale, saved with it
         self.return_norm = RunningNorm()  # [cont-8] the reward scale, that is the critic's output scale
         self.encoder = nn.Sequential(layer_init(nn.Linear(len(self.visible), args.hidden_size)), nn.Tanh())
-        self.lstm, self.memory = nn.LSTM(args.hidden_size, args.hidden_size), args.memory
-        for name, param in self.lstm.named_parameters():  # [lstm-1] orthogonal weights, zero biases
+        # The critic has its own memory: with one LSTM for both, more runs lost what they learned (README.md)
+        self.lstms = nn.ModuleList(nn.LSTM(args.hidden_size, args.hidden_size) for _ in range(2))
+        for name, param in self.lstms.named_parameters():  # [lstm-1] orthogonal weights, zero biases
             nn.init.orthogonal_(param, 1.0) if "weight" in name else nn.init.constant_(param, 0.0)
-        self.continuous = isinstance(action_space, gym.spaces.Box)
+        self.continuous, self.memory = isinstance(action_space, gym.spaces.Box), args.memory
         num_outputs = action_space.shape[0] if self.continuous else action_space.n
         self.actor = layer_init(nn.Linear(args.hidden_size, num_outputs), std=0.01)
         self.critic = layer_init(nn.Linear(args.hidden_size, 1), std=1)
         self.actor_logstd = nn.Parameter(torch.zeros(num_outputs)) if self.continuous else None  # [cont-2]
 
     def get_states(self, x, state, done):
-        """x: (T, B, obs_dim) raw observations, done: (T, B), 1 where x[t] starts an episode; state: (h, c),
-        each (1, B, hidden), before x[0]. -> features (T * B, hidden), and the state after x[-1]."""
+        """x: (T, B, obs_dim) raw observations, done: (T, B), 1 where x[t] starts an episode; state: (h, c)
+        before x[0], each (2, B, hidden) -> features (T * B, hidden), state after x[-1]; actor's first"""
         hidden = self.encoder(self.obs_norm(x[..., self.visible]))  # visible, normalized [cont-6, cont-7]
-        if self.memory == "none":  # the control: the same LSTM with its state zeroed before every step, which
-            return self.lstm(hidden.flatten(0, 1)[None])[0][0], state  # makes it a feed-forward layer
+        if self.memory == "none":  # the control: zeroed before every step, the LSTMs are feed-forward layers
+            return [lstm(hidden.flatten(0, 1)[None])[0][0] for lstm in self.lstms], state
         # Cut time where any episode starts: in each stretch only the first step can start one, so zeroing
         # the state there [lstm-3] and one LSTM call per stretch is exact, and faster than a loop over steps.
         cuts = [0] + (done[1:].any(1).nonzero().flatten() + 1).tolist() + [len(done)]
         (h, c), outputs = state, []
         for begin, end in zip(cuts[:-1], cuts[1:]):
-            keep = (1.0 - done[begin]).view(1, -1, 1)
-            out, (h, c) = self.lstm(hidden[begin:end], (h * keep, c * keep))
-            outputs.append(out)
-        return torch.cat(outputs).flatten(0, 1), (h, c)
+            h, c = (s * (1.0 - done[begin]).view(1, -1, 1) for s in (h, c))
+            runs = [lstm(hidden[begin:end], (h[i, None], c[i, None])) for i, lstm in enumerate(self.lstms)]
+            outputs.append(torch.cat([out for out, _ in runs], -1))  # (end - begin, B, 2 * hidden)
+            h, c = (torch.cat(parts) for parts in zip(*[s for _, s in runs]))
+        return torch.cat(outputs).flatten(0, 1).chunk(2, -1), (h, c)
 
     def get_action_and_value(self, x, state, done, action=None, greedy=False):
-        hidden, state = self.get_states(x, state, done)
+        (hidden, critic_hidden), state = self.get_states(x, state, done)
         out = self.actor(hidden)
         if self.continuous:  # [cont-1, cont-3] a Normal per action dimension, log-probabilities summed
             dist = Independent(Normal(out, self.actor_logstd.exp().expand_as(out), validate_args=False), 1)
@@ -202,7 +203,7 @@ class Agent(nn.Module):
             dist = Categorical(logits=out, validate_args=False)
         if action is None:
             action = dist.mode if greedy else dist.sample()  # mode: the mean, or the likeliest action
-        return action, dist.log_prob(action), dist.entropy(), self.critic(hidden).squeeze(-1), state
+        return action, dist.log_prob(action), dist.entropy(), self.critic(critic_hidden).squeeze(-1), state
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
@@ -287,7 +288,7 @@ def evaluate(args):
     agent = Agent(envs.single_observation_space.shape[0], args, envs.single_action_space).to(device)
     agent.load_state_dict(ckpt["model"])  # the weights and the observation statistics of training
     obs, _ = envs.reset(seed=args.seed)
-    state = (torch.zeros(1, args.eval_episodes, args.hidden_size, device=device),) * 2  # [lstm-2]
+    state = (torch.zeros(2, args.eval_episodes, args.hidden_size, device=device),) * 2  # [lstm-2]
     done = torch.ones(args.eval_episodes, device=device)  # the first step starts an episode
     returns, finished, frames = np.zeros(args.eval_episodes), np.zeros(args.eval_episodes, bool), []
     while not finished.all():  # every episode ends, by itself or at the env's step limit
@@ -343,9 +344,8 @@ def train(args):
         logs[name].write("\n".join([header] + [r for r in old if int(r.split(",")[0]) <= global_step]) + "\n")
 
     # Rollout storage, on the device; raw observations, which the agent masks and normalizes itself.
-    space = envs.single_action_space
     obs = torch.zeros((args.num_steps, args.num_envs, envs.single_observation_space.shape[0]), device=device)
-    actions = torch.zeros((args.num_steps, args.num_envs) + space.shape, device=device,
+    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, device=device,
                           dtype=torch.float32 if agent.continuous else torch.long)
     logprobs, rewards, dones, values = (torch.zeros((args.num_steps, args.num_envs), device=device)
                                         for _ in range(4))  # each (num_steps, num_envs) float32
@@ -354,7 +354,7 @@ def train(args):
     next_done = torch.zeros(args.num_envs, device=device)
     # [lstm-2] the state starts at zero, once. It is carried across rollouts: an episode that goes on past a
     # rollout's end must keep its memory, so only an episode start zeroes it (inside get_states).
-    lstm_state = (torch.zeros(1, args.num_envs, args.hidden_size, device=device),) * 2  # (h, c)
+    lstm_state = (torch.zeros(2, args.num_envs, args.hidden_size, device=device),) * 2  # (h, c): get_states
     episode_return, episode_length = np.zeros(args.num_envs), np.zeros(args.num_envs, dtype=int)
     recent, timer = [], dict(env=0.0, action=0.0, update=0.0)  # recent: the last 100 returns, for the bar
 

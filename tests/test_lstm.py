@@ -17,14 +17,20 @@ def run(*argv, timeout=300):
 
 
 def step_by_step(agent, x, state, done):
-    """Reference: the LSTM one step at a time, the state zeroed before every step that starts an episode."""
-    h, c = state
-    outputs = []
-    for t in range(len(x)):
-        keep = (1.0 - done[t]).view(1, -1, 1)
-        out, (h, c) = agent.lstm(agent.encoder(agent.obs_norm(x[t:t + 1])), (h * keep, c * keep))
-        outputs.append(out)
-    return torch.cat(outputs).flatten(0, 1), (h, c)
+    """Reference: each LSTM (the actor's, then the critic's; state[i][k] is LSTM k's) one step at a time, its
+    state zeroed before every step that starts an episode."""
+    features, hs, cs = [], [], []
+    for k, lstm in enumerate(agent.lstms):
+        h, c = state[0][k:k + 1], state[1][k:k + 1]
+        outputs = []
+        for t in range(len(x)):
+            keep = (1.0 - done[t]).view(1, -1, 1)
+            out, (h, c) = lstm(agent.encoder(agent.obs_norm(x[t:t + 1])), (h * keep, c * keep))
+            outputs.append(out)
+        features.append(torch.cat(outputs).flatten(0, 1))
+        hs.append(h)
+        cs.append(c)
+    return features, (torch.cat(hs), torch.cat(cs))
 
 
 def test_states_reset_where_an_episode_starts_and_only_there():
@@ -33,19 +39,22 @@ def test_states_reset_where_an_episode_starts_and_only_there():
     agent = P.Agent(3, P.Args(mask="none", hidden_size=16), gym.spaces.Discrete(2))
     T, B = 12, 4
     x = torch.randn(T, B, 3)
-    state = (torch.randn(1, B, 16), torch.randn(1, B, 16))  # a state carried over from an earlier rollout
+    state = (torch.randn(2, B, 16), torch.randn(2, B, 16))  # a state carried over from an earlier rollout
     done = torch.zeros(T, B)
     done[0, 1] = done[3, 0] = done[3, 2] = done[7, 0] = done[11, 3] = 1
     features, (h, c) = agent.get_states(x, state, done)
     ref_features, (ref_h, ref_c) = step_by_step(agent, x, state, done)
-    torch.testing.assert_close(features, ref_features, rtol=1e-5, atol=1e-6)
+    assert len(features) == 2 and not torch.allclose(features[0], features[1])  # two LSTMs, not one twice
+    for feature, ref_feature in zip(features, ref_features):
+        torch.testing.assert_close(feature, ref_feature, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(h, ref_h, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(c, ref_c, rtol=1e-5, atol=1e-6)
     # Where an episode starts the carried state is forgotten: env 1 starts at t=0, so its features do not
     # depend on the state carried in; env 3 starts nothing before t=11, so its early features do.
     other = (state[0] * 2, state[1] * 2)
-    changed = (agent.get_states(x, other, done)[0] - features).abs().reshape(T, B, 16).amax(-1)
-    assert (changed[:, 1] == 0).all() and (changed[:11, 3] > 0).all() and (changed[3:, 0] == 0).all()
+    for new, old in zip(agent.get_states(x, other, done)[0], features):
+        changed = (new - old).abs().reshape(T, B, 16).amax(-1)
+        assert (changed[:, 1] == 0).all() and (changed[:11, 3] > 0).all() and (changed[3:, 0] == 0).all()
 
 
 @pytest.mark.slow
