@@ -1,6 +1,6 @@
 """PPO with an LSTM policy, on tasks a memoryless policy cannot solve: CartPole with its velocities hidden.
 
-    python ppo_lstm.py                                   # masked CartPole, 50k steps, about 10 s on a CPU
+    python ppo_lstm.py                                   # masked CartPole, 50k steps, about 12 s on a CPU
     python ppo_lstm.py --memory none                     # the control: the same network without memory
     python ppo_lstm.py --env-id Pendulum-v1 --total-timesteps 300000   # angular velocity hidden, Box actions
     python ppo_lstm.py --eval runs/<run>/checkpoint.pt --gif cartpole.gif
