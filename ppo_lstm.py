@@ -178,8 +178,8 @@ class Agent(nn.Module):
         self.actor_logstd = nn.Parameter(torch.zeros(num_outputs)) if self.continuous else None  # [cont-2]
 
     def get_states(self, x, state, done):
-        """x: (T, B, obs_dim) raw observations, done: (T, B), 1 where x[t] starts an episode; state: (h, c)
-        before x[0], each (2, B, hidden) -> features (T * B, hidden), state after x[-1]; actor's first"""
+        """x: (T, B, obs_dim) raw observations; done: (T, B), 1 where x[t] starts an episode; state (h, c)
+        before x[0], each (2, B, hidden) -> (actor, critic) features (T * B, hidden), the state after x[-1]"""
         hidden = self.encoder(self.obs_norm(x[..., self.visible]))  # visible, normalized [cont-6, cont-7]
         if self.memory == "none":  # the control: zeroed before every step, the LSTMs are feed-forward layers
             return [lstm(hidden.flatten(0, 1)[None])[0][0] for lstm in self.lstms], state
