@@ -57,6 +57,20 @@ def test_states_reset_where_an_episode_starts_and_only_there():
         assert (changed[:, 1] == 0).all() and (changed[:11, 3] > 0).all() and (changed[3:, 0] == 0).all()
 
 
+def test_the_actor_reads_only_its_lstm_and_the_critic_only_its_own():
+    torch.manual_seed(0)
+    import gymnasium as gym
+    agent = P.Agent(3, P.Args(mask="none", hidden_size=16), gym.spaces.Discrete(2))
+    x, done, state = torch.randn(5, 4, 3), torch.zeros(5, 4), (torch.zeros(2, 4, 16),) * 2
+    _, logprob, _, value, _ = agent.get_action_and_value(x, state, done, torch.zeros(20, dtype=torch.long))
+    # Which LSTM's weights each output depends on: the gradient is zero (or absent) for the other one's.
+    actor_lstm, critic_lstm = (list(lstm.parameters()) for lstm in agent.lstms)
+    for output, own, other in ((logprob, actor_lstm, critic_lstm), (value, critic_lstm, actor_lstm)):
+        grads = torch.autograd.grad(output.sum(), own + other, allow_unused=True, retain_graph=True)
+        reached = [g is not None and g.abs().sum() > 0 for g in grads]
+        assert all(reached[:len(own)]) and not any(reached[len(own):])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("env_id,memory", [("CartPole-v1", "lstm"), ("Pendulum-v1", "lstm"),
                                            ("CartPole-v1", "none")])
