@@ -10,7 +10,7 @@ SCRIPTS = ["ppo_atari", "ppo_continuous", "ppo_lstm", "ppo_evolve"]
 
 
 def load_script(name):
-    """Import ROOT/<name>.py as a module; importing one must have no side effects (SPEC.md)."""
+    """Import ROOT/<name>.py as a module: importing one must parse, build and write nothing."""
     spec = importlib.util.spec_from_file_location(name, ROOT / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

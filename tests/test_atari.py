@@ -1,4 +1,4 @@
-"""Checks of what only ppo_atari.py has, and short end-to-end runs of its command line (SPEC.md)."""
+"""Checks of what only ppo_atari.py has, and short end-to-end runs of its command line."""
 import csv
 import json
 import signal
@@ -119,7 +119,6 @@ def test_life_loss_is_a_done_and_the_logged_score_is_the_unclipped_game(tmp_path
     (["--total-timesteps", "-5"], "--total-timesteps"),
     (["--learning-rate", "0"], "--learning-rate"),
     (["--env-id", "NotAGame-v5"], "--env-id"),
-    (["--gamma", "1.5"], "--gamma"),
     (["--device", "tpu"], "--device"),
     (["--eval-episodes", "0"], "--eval-episodes"),
 ])
@@ -161,7 +160,6 @@ def test_run_outputs_and_same_seed_same_run(tmp_path):
     for name in ("a", "b"):
         out = run("--total-timesteps", "1024", "--run-dir", str(tmp_path / name), *TINY)
         assert out.returncode == 0, out.stderr
-    assert "time split: env" in out.stdout
     a = tmp_path / "a"
     assert json.load(open(a / "args.json"))["total_timesteps"] == 1024
     updates = read_csv(a / "updates.csv")
@@ -220,7 +218,7 @@ def test_eval_with_gif_ends_for_a_policy_that_never_fires(tmp_path):
     out = run("--eval", str(tmp_path / "checkpoint.pt"), "--eval-episodes", "2", "--deterministic",
               "--gif", str(gif))
     assert out.returncode == 0, out.stderr
-    assert "over 2 games" in out.stdout and "+-" in out.stdout
+    assert "2 games" in out.stdout and "+-" in out.stdout
     from PIL import Image
     with Image.open(gif) as image:
         assert image.n_frames > 10 and image.size == (252, 252)
@@ -240,8 +238,7 @@ def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bf16", [False, True])
-def test_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch, bf16):
+def test_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch):
     # The first minibatch of every update recomputes the log-probabilities and values the rollout stored:
     # before any step of the optimizer they must agree, or the ratio is not 1 where PPO assumes it is.
     calls, original = [], P.ppo_loss
@@ -249,10 +246,34 @@ def test_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch, bf16):
         calls.append([x.detach().clone() for x in a[:5]])
         return original(*a, **k)
     monkeypatch.setattr(P, "ppo_loss", spy)
-    P.train(P.Args(total_timesteps=512, bf16=bf16, run_dir=str(tmp_path), num_envs=4, num_steps=64))
+    P.train(P.Args(total_timesteps=512, run_dir=str(tmp_path), num_envs=4, num_steps=64,
+                   cuda_graphs=False))  # eager, so that every minibatch calls ppo_loss
     assert len(calls) == 2 * 4 * 4  # 2 updates x 4 epochs x 4 minibatches
     for first in (calls[0], calls[16]):
         newlogprob, oldlogprob, _, newvalue, oldvalue = first
         torch.testing.assert_close(newlogprob, oldlogprob, rtol=0, atol=1e-5)
         torch.testing.assert_close(newvalue, oldvalue, rtol=0, atol=1e-5)
     assert not torch.allclose(calls[-1][0], calls[-1][1], rtol=0, atol=1e-7)  # later minibatches do move
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
+def test_recorded_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch):
+    # A replayed graph runs no Python, so no spy sees its ppo_loss: read the (loss, *stats) row each replay
+    # returns instead. In the first minibatch of an update the ratio must be 1 (|ratio - 1| < 1e-5 gives an
+    # approx_kl under 5e-11) and nothing clipped; TF32 convolutions fail this, at about 1e-7.
+    rows, record = [], P.cuda_graph
+    def recording(fn, *inputs):
+        replay = record(fn, *inputs)
+        def spy(*new_inputs):
+            out = replay(*new_inputs)
+            if isinstance(out[1], dict):  # the update's (loss, stats), not the action step's outputs
+                rows.append(torch.stack([out[0], *out[1].values()]))
+            return out
+        return spy
+    monkeypatch.setattr(P, "cuda_graph", recording)
+    P.train(P.Args(total_timesteps=1024, run_dir=str(tmp_path), num_envs=4, num_steps=64))
+    assert len(rows) == 3 * 16  # updates 2-4 are recorded (the first runs eagerly), 16 minibatches each
+    for first in rows[::16]:
+        assert first[4] < 5e-11 and first[5] == 0  # approx_kl, clipfrac
+    assert rows[-1][4] > 1e-9  # later minibatches do move

@@ -1,4 +1,4 @@
-"""The shared harness: every script's compute_gae and ppo_loss against reference values (SPEC.md)."""
+"""The shared harness: every script's compute_gae and ppo_loss against reference values."""
 import pytest
 import torch
 
