@@ -32,7 +32,7 @@ from torch.distributions import Categorical
 from tqdm import tqdm
 
 SCRIPT = "ppo_atari"  # written into every checkpoint, so that a foreign file is recognised
-FORMAT = 1  # the checkpoint's layout
+FORMAT = 2  # the checkpoint's layout (2: no --bf16)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, and what a job scheduler sends
 
 
@@ -436,7 +436,7 @@ def open_run(args, global_step):
     for name, header in HEADERS.items():
         resumed = global_step and os.path.exists(path[name])
         rows = open(path[name]).read().split()[1:] if resumed else []
-        kept = [row for row in rows if int(row.split(",")[0]) <= global_step]
+        kept = [row for row in rows if float(row.split(",")[0]) <= global_step]  # old logs: 1e+06
         logs[name] = open(path[name], "w")
         logs[name].write("\n".join([header, *kept]) + "\n")
     return path, logs

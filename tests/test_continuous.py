@@ -1,10 +1,8 @@
 """Checks of what only ppo_continuous.py has: its Gaussian and tanh-squashed policies, the truncation
-bootstrap, the normalization statistics that travel with the checkpoint, and its command line (SPEC.md)."""
+bootstrap, the normalization statistics that travel with the checkpoint, and its command line."""
 import csv
-import signal
 import subprocess
 import sys
-import time
 
 import gymnasium as gym
 import numpy as np
@@ -29,28 +27,53 @@ def read_csv(path):
 
 def agent_for(space, squash, seed=0):
     torch.manual_seed(seed)
-    agent = P.Agent(3, P.Args(squash=squash, init_logstd=-0.3), space)
+    agent = P.Agent(3, space, init_logstd=-0.3, squash=squash)
     with torch.no_grad():  # a mean that is not near zero, so that the squash matters
         agent.actor_mean[-1].weight.normal_(0, 1.0)
+        agent.obs_norm.mean.copy_(torch.tensor([1.0, -2.0, 0.5]))  # statistics far from (0, 1)
+        agent.obs_norm.var.copy_(torch.tensor([4.0, 0.25, 1e-4]))
     return agent
+
+
+def normalized(agent, x):
+    """Raw observations as the networks must see them [cont-6, cont-7], by hand."""
+    z = (x.double() - agent.obs_norm.mean) / (agent.obs_norm.var + 1e-8).sqrt()
+    return z.clamp(-10, 10).float()
+
+
+def test_the_agent_normalizes_raw_observations_itself():
+    # The caller hands raw observations to get_value and get_action_and_value; both networks must see
+    # them normalized with the agent's statistics, which those calls must not move.
+    agent = agent_for(gym.spaces.Box(-2, 2, (2,)), squash=False)
+    x = 3 * torch.randn(64, 3)
+    z = normalized(agent, x)
+    assert (z.abs() == 10).any() and not torch.allclose(z, x, atol=0.1)  # clipped, and far from raw
+    before = {k: v.clone() for k, v in agent.state_dict().items()}
+    _, u, logprob, _, value = agent.get_action_and_value(x)
+    torch.testing.assert_close(agent.get_value(x), agent.critic(z).squeeze(-1))
+    torch.testing.assert_close(value, agent.critic(z).squeeze(-1))
+    std = agent.actor_logstd.exp()
+    torch.testing.assert_close(logprob, Independent(Normal(agent.actor_mean(z), std), 1).log_prob(u))
+    assert all(torch.equal(v, agent.state_dict()[k]) for k, v in before.items())
 
 
 def test_gaussian_log_prob_and_entropy_equal_torch_distributions():
     agent = agent_for(gym.spaces.Box(-2, 2, (2,)), squash=False)
     x, u = torch.randn(64, 3), 3 * torch.randn(64, 2)
     action, u_out, logprob, entropy, value = agent.get_action_and_value(x, u)
-    dist = Independent(Normal(agent.actor_mean(x), agent.actor_logstd.exp()), 1)
+    dist = Independent(Normal(agent.actor_mean(normalized(agent, x)), agent.actor_logstd.exp()), 1)
     torch.testing.assert_close(logprob, dist.log_prob(u))
     torch.testing.assert_close(entropy, dist.entropy())
-    assert torch.equal(action, u) and torch.equal(u_out, u)  # unclipped: the env call clips [cont-5]
-    torch.testing.assert_close(value, agent.critic(x).squeeze(-1))
+    # [cont-5] the env gets u clipped to the bounds; u itself, unclipped, is what is stored and scored
+    assert torch.equal(u_out, u) and torch.equal(action, u.clamp(-2, 2)) and (u.abs() > 2).any()
+    torch.testing.assert_close(value, agent.critic(normalized(agent, x)).squeeze(-1))
 
 
 def test_squashed_log_prob_equals_transformed_distribution_and_stays_finite_at_the_bounds():
     low, high = np.array([-2.0, 0.0, -1.0], np.float32), np.array([2.0, 1.0, 3.0], np.float32)
     agent = agent_for(gym.spaces.Box(low, high), squash=True)
     x = torch.randn(512, 3)
-    mean, std = agent.actor_mean(x).detach(), agent.actor_logstd.exp().detach()
+    mean, std = agent.actor_mean(normalized(agent, x)).detach(), agent.actor_logstd.exp().detach()
     # samples across the range, many far out: at |u| = 8 an action is within 1e-6 of its bound
     u = (mean + std * torch.randn(512, 3) * torch.tensor([1.0, 4.0, 8.0])).clamp(-8, 8)
     action, u_out, logprob, entropy, _ = agent.get_action_and_value(x, u)
@@ -78,8 +101,8 @@ def test_truncation_bootstraps_from_the_final_observations_value(tmp_path, monke
     seen = dict(steps=[], agent=None)
     original_make, original_gae, original_value = P.make_envs, P.compute_gae, P.Agent.get_value
 
-    def make_envs(args, num_envs, render=False):
-        envs = original_make(args, num_envs, render)
+    def make_envs(args, num_envs):
+        envs = original_make(args, num_envs)
         step = envs.step
         def recorded(action):
             out = step(action)
@@ -99,9 +122,8 @@ def test_truncation_bootstraps_from_the_final_observations_value(tmp_path, monke
         expected = scaled.clone()
         for t, (_, term, trunc, final_obs) in enumerate(steps):
             for i in np.flatnonzero(trunc & ~term):
-                with torch.no_grad():
-                    final = agent.obs_norm(torch.as_tensor(final_obs[i], dtype=torch.float32)[None])
-                    expected[t, i] += gamma * agent.get_value(final)[0]
+                final = torch.as_tensor(final_obs[i], dtype=torch.float32)[None]  # raw
+                expected[t, i] += gamma * agent.get_value(final)[0]
         truncated = torch.tensor(np.array([s[2] for s in steps]))
         assert truncated.sum() == 2 and dones[1:][truncated[:-1]].eq(1).all()  # a done all the same
         assert (expected - scaled)[truncated].abs().min() > 1e-3  # the bootstrap is there, and not small
@@ -139,19 +161,12 @@ def test_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch):
             torch.testing.assert_close(newvalue, oldvalue, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("argv,flag", [
-    (["--env-id", "CartPole-v1"], "ppo_lstm.py"),
-    (["--env-id", "NoSuchEnv-v0"], "--env-id"),
-    (["--num-minibatches", "3"], "--num-minibatches"),
-    (["--num-envs", "0"], "--num-envs"),
-    (["--gamma", "1.5"], "--gamma"),
-    (["--device", "tpu"], "--device"),
-])
-def test_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
+def test_discrete_actions_are_refused_with_a_pointer_to_the_other_scripts(capsys):
+    # The flags every script checks the same way are in test_cli.py.
     with pytest.raises(SystemExit) as e:
-        P.parse_args(argv)
+        P.parse_args(["--env-id", "CartPole-v1"])
     assert e.value.code == 2
-    assert flag in capsys.readouterr().err.strip().splitlines()[-1]
+    assert "ppo_lstm.py" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 @pytest.mark.slow
@@ -159,7 +174,6 @@ def test_run_outputs_same_seed_same_run_and_eval_gif(tmp_path):
     for name in ("a", "b"):
         out = run(*SMALL, "--total-timesteps", "1024", "--run-dir", str(tmp_path / name))
         assert out.returncode == 0, out.stderr
-    assert "time split: env" in out.stdout
     updates = read_csv(tmp_path / "a" / "updates.csv")
     assert [int(r["global_step"]) for r in updates] == [256, 512, 768, 1024]
     lrs = [float(r["learning_rate"]) for r in updates]
@@ -182,29 +196,6 @@ def test_run_outputs_same_seed_same_run_and_eval_gif(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_saves_and_resume_continues(tmp_path):
-    argv = [*SMALL, "--total-timesteps", "6144", "--run-dir", str(tmp_path), "--save-interval", "0"]
-    proc = subprocess.Popen([sys.executable, str(ROOT / "ppo_continuous.py"), *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (tmp_path / "updates.csv").exists() or len(read_csv(tmp_path / "updates.csv")) < 2:
-        assert time.time() < deadline and proc.poll() is None, "the run did not get going"
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=120)
-    assert proc.returncode == 0
-    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-    last_row = read_csv(tmp_path / "updates.csv")[-1]
-    assert 2 <= ckpt["iteration"] < 24 and ckpt["global_step"] == int(last_row["global_step"])
-    out = run("--resume", str(tmp_path / "checkpoint.pt"), "--squash")
-    assert out.returncode == 2 and "--squash" in out.stderr.strip().splitlines()[-1]
-    out = run("--resume", str(tmp_path / "checkpoint.pt"))
-    assert out.returncode == 0, out.stderr
-    steps = [int(r["global_step"]) for r in read_csv(tmp_path / "updates.csv")]
-    assert steps == list(range(256, 6145, 256))  # no update lost or repeated
-
-
-@pytest.mark.slow
 def test_eval_sees_the_training_normalization(tmp_path, monkeypatch):
     # An evaluated checkpoint normalizes observations with the statistics the training run saved, frozen.
     out = run(*SMALL, "--total-timesteps", "1024", "--run-dir", str(tmp_path))
@@ -221,17 +212,6 @@ def test_eval_sees_the_training_normalization(tmp_path, monkeypatch):
     for mean, var, count in seen:
         assert torch.equal(mean, saved["obs_norm.mean"]) and torch.equal(var, saved["obs_norm.var"])
         assert torch.equal(count, saved["obs_norm.count"])
-
-
-@pytest.mark.slow
-def test_nonfinite_loss_stops_with_exit_1_and_keeps_the_last_good_checkpoint(tmp_path):
-    out = run(*SMALL, "--total-timesteps", "256", "--run-dir", str(tmp_path))
-    assert out.returncode == 0, out.stderr
-    good = (tmp_path / "checkpoint.pt").read_bytes()
-    out = run(*SMALL, "--total-timesteps", "1024", "--learning-rate", "1e30", "--run-dir", str(tmp_path))
-    assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert "non-finite loss in update" in out.stderr.strip().splitlines()[-1]
-    assert (tmp_path / "checkpoint.pt").read_bytes() == good
 
 
 @pytest.mark.slow
