@@ -1,11 +1,14 @@
-"""Shared by every test: the list of scripts the harness checks, and how to load one by path."""
+"""Shared by every test: the scripts the harness checks, how to load one, and how to run one."""
+import csv
 import importlib.util
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-# Each script joins the shared harness (test_math.py) by adding its module name here.
+# Each script joins the shared harness (test_math.py, test_spec.py, test_cli.py) by adding its name here.
 SCRIPTS = ["ppo_atari", "ppo_continuous", "ppo_lstm", "ppo_evolve"]
 
 
@@ -15,6 +18,17 @@ def load_script(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run(name, *argv, timeout=600):
+    """`python <name>.py argv...` in a fresh interpreter, as a user runs it; output captured."""
+    return subprocess.run([sys.executable, str(ROOT / f"{name}.py"), *map(str, argv)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
 
 
 @pytest.fixture(params=SCRIPTS, scope="module")
