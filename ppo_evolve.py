@@ -1,18 +1,13 @@
 """PPO with evolved hyperparameters: a population trains, is scored, and the fittest are copied.
 
-    python ppo_evolve.py               # CartPole, 6 members, until one scores 475 (< 1 min)
+    python ppo_evolve.py               # CartPole, 6 members, until one scores 475 (about 2 min)
     python ppo_evolve.py --no-evolve   # the control: the same population and budget, no selection
     python ppo_evolve.py --eval runs/<run>/checkpoint.pt --gif best.gif   # the fittest member
 
-Evolutionary hyperparameter optimization for PPO, as AgileRL offers it. A generation: each member
-(64x64 MLPs, its own HPARAMS) trains --evo-steps steps, then plays --eval-episodes episodes from
-start states all members share (its fitness: their mean return). The fittest goes on unchanged;
-each other slot gets a copy of a tournament's winner, Adam state included, mutated once. Steps
-count the whole population, evaluation steps apart. Tags: "The 37 Implementation Details of PPO"
-(Huang et al., 2022), core-1..13 but core-4. Left out on purpose: learning-rate annealing (core-4)
-and the target-KL stop (aux-3), as the rate and the clip range evolve; Box actions (cont-1..5);
-observation and reward normalization (cont-6..9), as each member would need its own; evolving the
-network's shape, as members differ in their hyperparameters only."""
+Evolutionary hyperparameter optimization for PPO, as AgileRL offers it. Tags name "The 37
+Implementation Details of PPO" (Huang et al., 2022): core-1..13 but core-4. Left out on purpose:
+annealing (core-4) and the target-KL stop (aux-3), as the rate and clip range evolve; Box actions
+and normalization (cont-1..9), as each member would need its own statistics."""
 import argparse
 import contextlib
 import copy
@@ -131,14 +126,14 @@ def mlp(in_size, out_size, out_std):  # 64x64 tanh; the head picks the last laye
                          layer_init(nn.Linear(64, out_size), std=out_std))
 
 
-class Agent(nn.Module):
-    """Separate actor and critic MLPs [core-13], for the envs' observations and actions."""
+class Agent(nn.Module):  # separate actor and critic MLPs [core-13]
     def __init__(self, envs):
         super().__init__()
         obs_dim = envs.single_observation_space.shape[0]
         self.critic = mlp(obs_dim, 1, out_std=1.0)
         self.actor = mlp(obs_dim, envs.single_action_space.n, out_std=0.01)  # nearly uniform
 
+    @torch.no_grad()  # for the rollout only
     def get_value(self, x):
         return self.critic(x).squeeze(-1)
 
@@ -148,7 +143,7 @@ class Agent(nn.Module):
         dist = Categorical(logits=logits, validate_args=False)
         if action is None:
             action = logits.argmax(-1) if greedy else dist.sample()
-        return action, dist.log_prob(action), dist.entropy(), self.get_value(x)
+        return action, dist.log_prob(action), dist.entropy(), self.critic(x).squeeze(-1)
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
@@ -228,6 +223,7 @@ def build(member, envs, device):
     return agent, optimizer
 
 
+@torch.no_grad()  # it only acts
 def play(agent, envs, seed, device, greedy=False, frames=None):
     """One episode per env (greedy: the likeliest actions); a list frames gets env 0's images."""
     obs, _ = envs.reset(seed=seed)
@@ -237,9 +233,8 @@ def play(agent, envs, seed, device, greedy=False, frames=None):
     while not over.all():  # every episode ends, by itself or at the env's step limit
         if frames is not None and not over[0]:
             frames.append(envs.unwrapped.envs[0].render())  # unwrapped: under the wrapper
-        with torch.no_grad():
-            x = torch.as_tensor(obs, device=device)  # float32 in every env of ENVS
-            action = agent.get_action_and_value(x, greedy=greedy)[0]
+        x = torch.as_tensor(obs, device=device)  # float32 in every env of ENVS
+        action = agent.get_action_and_value(x, greedy=greedy)[0]
         obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
         returns += reward * ~over
         lengths += ~over
@@ -270,12 +265,83 @@ def next_generation(population, generation, args):
     return members
 
 
+def train_member(member, args, envs, device, logs, global_step, start):
+    """Trains the member in place. -> its agent (on the CPU), global_step, why it broke off."""
+    agent, optimizer = build(member, envs, device)
+    hparams = member["hparams"]
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    # The rollout on the device; rewards and dones on the host until its end.
+    shape = (args.num_steps, args.num_envs)
+    obs = torch.zeros(shape + envs.single_observation_space.shape, device=device)
+    actions = torch.zeros(shape, dtype=torch.long, device=device)
+    logprobs = torch.zeros(shape, device=device)
+    values = torch.zeros(shape, device=device)
+    rewards = np.zeros(shape, np.float32)
+    dones = np.zeros(shape, np.float32)
+    on_device = partial(torch.as_tensor, dtype=torch.float32, device=device)
+    next_obs, _ = envs.reset(seed=args.seed + global_step)  # new for each member
+    next_done = np.zeros(args.num_envs, bool)
+    policy = torch.no_grad()(agent.get_action_and_value)  # the rollout only acts: no gradient
+    for _ in range(math.ceil(args.evo_steps / batch_size)):
+        iteration_start = time.time()
+        # ---------------------------------------------------------------- 1. rollout
+        for step in range(args.num_steps):
+            obs[step] = on_device(next_obs)  # (num_envs, obs_dim)
+            dones[step] = next_done
+            actions[step], logprobs[step], _, values[step] = policy(obs[step])
+            action_np = actions[step].cpu().numpy()  # the step's one wait for the device
+            next_obs, reward, term, trunc, info = envs.step(action_np)
+            next_done = term | trunc
+            global_step += args.num_envs
+            # Truncation is not termination: V(final observation) joins the reward.
+            bootstrap = trunc & ~term
+            if bootstrap.any():
+                final_obs = on_device(np.stack(info["final_obs"][bootstrap]))
+                final_value = agent.get_value(final_obs).cpu().numpy()
+                reward[bootstrap] += args.gamma * final_value
+            rewards[step] = reward
+            for i in np.flatnonzero(info.get("_episode", [])):  # the episodes that ended
+                wall_time = round(time.time() - start, 1)
+                episode = [info["episode"]["r"][i], info["episode"]["l"][i]]
+                write_row(logs["episodes.csv"], [global_step, wall_time, *episode])
+        # ---------------------------------------------------------------- 2. advantages
+        next_value = agent.get_value(on_device(next_obs))
+        advantages, returns = compute_gae(
+            on_device(rewards), values, on_device(dones), next_value,
+            on_device(next_done), args.gamma, hparams["gae_lambda"])
+        # ---------------------------------------------------------------- 3. update
+        flat = [x.flatten(0, 1) for x in (obs, actions, logprobs, advantages, returns, values)]
+        all_stats = []  # per minibatch: the loss, ppo_loss's stats
+        for epoch in range(args.update_epochs):
+            b_inds = torch.randperm(batch_size, device=device)
+            for begin in range(0, batch_size, minibatch_size):
+                mb = b_inds[begin:begin + minibatch_size]
+                loss, stats = minibatch_step(agent, optimizer, args, flat, hparams, mb)
+                all_stats.append(torch.stack([loss, *stats.values()]))
+        means = dict(zip(["loss", *stats], torch.stack(all_stats).mean(0).tolist()))
+        if not math.isfinite(means["loss"]):
+            broken = f"non-finite loss at step {global_step} (member {member['id']})"
+            return agent, global_step, broken
+        # ---------------------------------------------------------------- 4. logging
+        sps = batch_size / (time.time() - iteration_start)
+        row = dict(global_step=global_step, sps=sps, member=member["id"], **hparams)
+        row |= means
+        # explained variance: 1 for a perfect critic, 0 a mean (nan: constant returns)
+        unexplained = (returns - values).var() / returns.var()
+        row["explained_variance"] = (1 - unexplained).item()
+        columns = HEADERS["updates.csv"].split(",")
+        write_row(logs["updates.csv"], [row[k] for k in columns])
+    member["model"] = agent.cpu().state_dict()  # on the CPU, where mutation noise is drawn
+    member["adam"] = optimizer.state_dict()
+    return agent, global_step, ""
+
+
 def train(args):
     # one thread: as fast as 16 for these small networks, and 9x faster than 2 on a busy 2-core box
     torch.set_num_threads(1)
-    # ---------------------------------------------------------------- 1. setup
+    # -------------------------------------------------------------------- 5. the population
     batch_size = args.num_envs * args.num_steps
-    minibatch_size = batch_size // args.num_minibatches
     iterations = math.ceil(args.evo_steps / batch_size)  # updates per member and generation
     generation_steps = args.pop_size * iterations * batch_size
     num_generations = math.ceil(args.total_timesteps / generation_steps)
@@ -288,110 +354,45 @@ def train(args):
     population = ckpt.get("population") or first_population(args, envs)
     global_step = generation * generation_steps  # all members together
     path, logs = open_run(args, global_step)
-
-    # The rollout on the device; rewards and dones on the host until its end.
-    shape = (args.num_steps, args.num_envs)
-    obs = torch.zeros(shape + envs.single_observation_space.shape, device=device)
-    actions = torch.zeros(shape, dtype=torch.long, device=device)
-    logprobs = torch.zeros(shape, device=device)
-    values = torch.zeros(shape, device=device)
-    rewards = np.zeros(shape, np.float32)
-    dones = np.zeros(shape, np.float32)
-    on_device = partial(torch.as_tensor, dtype=torch.float32, device=device)
     stop = []  # a signal asks to stop: the generation is finished, everything saved, then it stops
     handlers = {s: signal.signal(s, lambda s, _: stop.append(s)) for s in STOP_SIGNALS}
     broken = ""  # why training stopped early, if it did
-    bar = tqdm(total=num_generations * generation_steps, initial=global_step, unit="step")
+    bar = tqdm(total=num_generations, initial=generation, unit="generation")
     start = time.time()  # wall_time in episodes.csv counts from the start
     best = max(m["fitness"] for m in population)
     try:
         while generation < num_generations and best < args.target and not stop:
-            if args.evolve and generation > 0:  # selection and mutation of the last generation
+            # -------------------------------------------------------- 6. selection, mutation
+            if args.evolve and generation > 0:  # of the last generation
                 population = next_generation(population, generation, args)
-            for member in population:  # each trains --evo-steps steps, then is scored
-                agent, optimizer = build(member, envs, device)
-                hparams = member["hparams"]
-                next_obs, _ = envs.reset(seed=args.seed + global_step)  # new for each member
-                next_done = np.zeros(args.num_envs, bool)
-                policy = torch.no_grad()(agent.get_action_and_value)  # acting needs no gradient
-                for _ in range(iterations):
-                    iteration_start = time.time()
-                    # ---------------------------------------------------- 2. rollout
-                    for step in range(args.num_steps):
-                        obs[step] = on_device(next_obs)  # (num_envs, obs_dim)
-                        dones[step] = next_done
-                        actions[step], logprobs[step], _, values[step] = policy(obs[step])
-                        action_np = actions[step].cpu().numpy()  # the one wait for the device
-                        next_obs, reward, term, trunc, info = envs.step(action_np)
-                        next_done = term | trunc
-                        global_step += args.num_envs
-                        # Truncation is not termination: V(final observation) joins the reward.
-                        bootstrap = trunc & ~term
-                        if bootstrap.any():
-                            final_obs = on_device(np.stack(info["final_obs"][bootstrap]))
-                            with torch.no_grad():
-                                final_value = agent.get_value(final_obs).cpu().numpy()
-                            reward[bootstrap] += args.gamma * final_value
-                        rewards[step] = reward
-                        for i in np.flatnonzero(info.get("_episode", [])):  # ended episodes
-                            wall_time = round(time.time() - start, 1)
-                            episode = [info["episode"]["r"][i], info["episode"]["l"][i]]
-                            write_row(logs["episodes.csv"], [global_step, wall_time, *episode])
-                    # ---------------------------------------------------- 3. advantages
-                    with torch.no_grad():
-                        next_value = agent.get_value(on_device(next_obs))
-                    advantages, returns = compute_gae(
-                        on_device(rewards), values, on_device(dones), next_value,
-                        on_device(next_done), args.gamma, hparams["gae_lambda"])
-                    # ---------------------------------------------------- 4. update
-                    flat = [x.flatten(0, 1)
-                            for x in (obs, actions, logprobs, advantages, returns, values)]
-                    all_stats = []  # per minibatch: the loss, ppo_loss's stats
-                    for epoch in range(args.update_epochs):
-                        b_inds = torch.randperm(batch_size, device=device)
-                        for begin in range(0, batch_size, minibatch_size):
-                            mb = b_inds[begin:begin + minibatch_size]
-                            loss, stats = minibatch_step(agent, optimizer, args, flat, hparams, mb)
-                            all_stats.append(torch.stack([loss, *stats.values()]))
-                    means = dict(zip(["loss", *stats], torch.stack(all_stats).mean(0).tolist()))
-                    if not math.isfinite(means["loss"]):
-                        broken = f"non-finite loss at step {global_step} (member {member['id']})"
-                        break
-                    # ---------------------------------------------------- 5. logging
-                    sps = batch_size / (time.time() - iteration_start)
-                    row = dict(global_step=global_step, sps=sps, member=member["id"], **hparams)
-                    row |= means
-                    # explained variance: 1 for a perfect critic, 0 a mean (nan: constant returns)
-                    unexplained = (returns - values).var() / returns.var()
-                    row["explained_variance"] = (1 - unexplained).item()
-                    columns = HEADERS["updates.csv"].split(",")
-                    write_row(logs["updates.csv"], [row[k] for k in columns])
-                    bar.update(batch_size)
-                    bar.set_postfix(best=best, member=member["id"], sps=round(sps))
+            for member in population:  # each trains, then is scored
+                agent, global_step, broken = train_member(
+                    member, args, envs, device, logs, global_step, start)
                 if broken:
                     break
-                # ------------------------------ 6. fitness: the same start states for every member
-                scores, lengths = play(agent, fitness_envs, args.seed + generation, device)
+                # ---------------- 7. fitness: on the same start states for every member, on the CPU
+                scores, lengths = play(agent, fitness_envs, args.seed + generation, "cpu")
                 member["fitness"] = float(scores.mean())
-                # Its trained state back into it, the weights on the CPU where noise is drawn
-                member.update(model=agent.cpu().state_dict(), adam=optimizer.state_dict())
-                row = [global_step, int(lengths.sum()), generation, member["id"],
-                       member["parent"], member["mutation"], member["fitness"], *hparams.values()]
+                row = [global_step, int(lengths.sum()), generation, member["id"], member["parent"],
+                       member["mutation"], member["fitness"], *member["hparams"].values()]
                 print(*row, sep=",", file=logs["population.csv"])  # numbers in full
             if broken:
                 break
             generation += 1
             best = max(m["fitness"] for m in population)
             save_all(path, logs, args, population, generation)
-    finally:  # the end, Ctrl-C, SIGTERM and a broken update all save here
+            bar.update(1)
+            bar.set_postfix(best=best)
+    finally:  # logs and curve, however it ends; the checkpoint stays the last whole generation's
         bar.close()
         envs.close()
-        save_all(path, logs, args, population, generation, keep_last=bool(broken))
+        save_all(path, logs, args, population, generation, keep_last=True)
         for s, handler in handlers.items():
             signal.signal(s, handler)
     if broken:
         sys.exit(f"error: {broken}; {path['checkpoint.pt']} keeps the last good one")
-    print(f"{global_step} population steps, {generation} generations, best fitness {best:.1f}")
+    print(f"{global_step} population steps, {generation} generations, "
+          f"best fitness {best:.1f}")
     if stop:
         print(f"stopped; continue with --resume {path['checkpoint.pt']}")
     return args.run_dir
