@@ -153,6 +153,9 @@ def test_state_is_carried_across_rollouts(tmp_path, monkeypatch):
     (["--env-id", "FrozenLake-v1"], "--env-id"),  # Discrete observations
     (["--env-id", "Pendulum-v1"], "--env-id"),  # Box actions: ppo_continuous.py
     (["--memory", "gru"], "--memory"),
+    (["--mask", "1,x"], "--mask"),  # a typo would otherwise hide nothing, silently
+    (["--mask", "4"], "--mask"),  # CartPole has indices 0 to 3
+    (["--mask", "1;3"], "--mask"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
     with pytest.raises(SystemExit) as e:
