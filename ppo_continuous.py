@@ -366,10 +366,9 @@ def train(args):
             sps = batch_size / (time.time() - iteration_start)
             row = dict(global_step=global_step, sps=sps, learning_rate=lr, clip_coef=args.clip_coef)
             row |= means
-            y_true = returns.cpu().numpy()  # explained variance: 1 for a perfect critic, 0 a mean
-            y_var = np.var(y_true)
-            residual_var = np.var(y_true - values.cpu().numpy())
-            row["explained_variance"] = 1 - residual_var / y_var if y_var else math.nan
+            # explained variance: 1 for a perfect critic, 0 a mean (nan: constant returns)
+            unexplained = (returns - values).var() / returns.var()
+            row["explained_variance"] = 1 - unexplained.item()
             write_row(logs["updates.csv"], [row[k] for k in HEADERS["updates.csv"].split(",")])
             bar.update(batch_size)
             if time.time() - last_save > args.save_interval:

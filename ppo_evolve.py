@@ -329,7 +329,7 @@ def train_member(member, args, envs, device, logs, global_step, start):
         row |= means
         # explained variance: 1 for a perfect critic, 0 a mean (nan: constant returns)
         unexplained = (returns - values).var() / returns.var()
-        row["explained_variance"] = (1 - unexplained).item()
+        row["explained_variance"] = 1 - unexplained.item()
         columns = HEADERS["updates.csv"].split(",")
         write_row(logs["updates.csv"], [row[k] for k in columns])
     member["model"] = agent.cpu().state_dict()  # on the CPU, where mutation noise is drawn
