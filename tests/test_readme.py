@@ -1,5 +1,6 @@
 """README.md's first run works as written: its commands, run as they stand, print what it says they print."""
 import re
+import shutil
 import subprocess
 import sys
 
@@ -34,3 +35,20 @@ def test_the_first_run_works_as_written(tmp_path):
     # differ in the last floating-point digits, so the check is the task's own bar, 475.
     assert float(last.split(": ")[1].split()[0]) >= 475, last
     assert (tmp_path / "runs" / "first" / "curve.png").exists()
+
+
+def test_every_file_the_docs_link_to_is_in_the_repository():
+    """Images and pages linked from README.md and docs/*.md exist and are tracked by git (a GIF once
+    was ignored by .gitignore: the page showed a broken image on every fresh clone)."""
+    if shutil.which("git") is None:
+        pytest.skip("no git to list the tracked files")
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)", page.read_text()):
+            if "://" in target:
+                continue
+            path = (page.parent / target).resolve().relative_to(ROOT).as_posix()
+            assert path in tracked or any(t.startswith(path + "/") for t in tracked), (page.name, target)
