@@ -93,8 +93,8 @@ def parse_args(argv=None):
             if given[name] != saved.get(name):
                 parser.error(f"--{name.replace('_', '-')} differs from the checkpoint's value")
         args = Args(**{**saved, **{name: given[name] for name in given.keys() & own}})
-    sizes = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs",
-             "learning_rate", "clip_coef", "max_episode_frames", "eval_episodes"]
+    sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"]
+    sizes += ["learning_rate", "clip_coef"]  # and the two floats that must be positive
     for name in [name for name in sizes if getattr(args, name) <= 0]:  # parser.error: exit 2
         parser.error(f"--{name.replace('_', '-')} must be positive")
     batch_size = args.num_envs * args.num_steps
@@ -283,10 +283,10 @@ def train(args):
     # Rewards and dones come from the games: kept on the host, sent to the device once a rollout.
     rewards = np.zeros(shape, np.float32)
     dones = np.zeros(shape, np.float32)
-    on_device = partial(torch.as_tensor, device=device)
+    on_device = partial(torch.as_tensor, dtype=torch.float32, device=device)
     next_obs_np, info = envs.reset(seed=args.seed + iteration * args.num_envs)  # new on resume
     next_obs = torch.from_numpy(next_obs_np).to(device)  # (num_envs, 4, 84, 84) uint8
-    next_done = np.zeros(args.num_envs, np.float32)
+    next_done = np.zeros(args.num_envs, bool)
     score = np.zeros(args.num_envs)  # each game's unclipped score so far
     length = np.zeros(args.num_envs, dtype=int)
     frame_number = info["episode_frame_number"].copy()
@@ -316,21 +316,21 @@ def train(args):
                 actions[step], logprobs[step], _, values[step] = policy(next_obs)
                 action_np = actions[step].cpu().numpy()  # the step's one wait for the device
                 next_obs_np, reward, term, trunc, info = envs.step(action_np)
+                next_done = term | trunc
                 global_step += args.num_envs
                 score += reward  # the game's own reward; the agent learns from its sign [atari-6]
                 length += 1
                 rewards[step] = np.sign(reward)
                 # Truncation is not termination: V(final observation) joins the reward.
-                bootstrap = trunc & ~term
+                bootstrap = trunc & ~term  # terminated wins when both are set
                 if bootstrap.any():
                     final_obs = torch.from_numpy(info["final_obs"][bootstrap]).to(device)
                     final_value = agent.get_value(final_obs).cpu().numpy()
                     rewards[step, bootstrap] += args.gamma * final_value
                 next_obs = torch.from_numpy(next_obs_np).to(device)
-                next_done = (term | trunc).astype(np.float32)
                 # A lost life is a done for GAE [atari-3], but the score adds up to the game's end.
                 # That shows as the frame counter going back: the info is the next game's already.
-                game_over = (term | trunc) & (info["episode_frame_number"] < frame_number)
+                game_over = next_done & (info["episode_frame_number"] < frame_number)
                 frame_number = info["episode_frame_number"].copy()
                 for i in np.flatnonzero(game_over):
                     wall_time = round(time.time() - start, 1)

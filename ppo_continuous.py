@@ -89,8 +89,8 @@ def parse_args(argv=None):
             if given[name] != saved.get(name):
                 parser.error(f"--{name.replace('_', '-')} differs from the checkpoint's value")
         args = Args(**{**saved, **{name: given[name] for name in given.keys() & own}})
-    sizes = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs",
-             "learning_rate", "clip_coef", "eval_episodes"]
+    sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"]
+    sizes += ["learning_rate", "clip_coef"]  # and the two floats that must be positive
     for name in [name for name in sizes if getattr(args, name) <= 0]:  # parser.error: exit 2
         parser.error(f"--{name.replace('_', '-')} must be positive")
     batch_size = args.num_envs * args.num_steps
