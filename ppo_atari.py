@@ -365,7 +365,7 @@ def train(args):
             sps = batch_size / (time.time() - iteration_start)
             row = dict(global_step=global_step, sps=sps, learning_rate=lr, clip_coef=clip_coef)
             row |= means
-            # explained variance: 1 for a perfect critic, 0 a mean (nan: constant returns)
+            # explained variance: 1 for a perfect critic, 0 a mean (-inf or nan: constant returns)
             unexplained = (returns - values).var() / returns.var()
             row["explained_variance"] = 1 - unexplained.item()
             write_row(logs["updates.csv"], [row[k] for k in HEADERS["updates.csv"].split(",")])

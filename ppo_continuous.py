@@ -312,6 +312,7 @@ def train(args):
             lr = args.learning_rate * (frac if args.anneal_lr else 1.0)  # [core-4]
             optimizer.param_groups[0]["lr"] = lr
             # ------------------------------------------------------------ 2. rollout
+            bootstraps.zero_()  # the buffer is reused: no value may stay from a past rollout
             for step in range(args.num_steps):
                 obs[step] = on_device(next_obs)  # (num_envs, obs_dim) float32, raw
                 dones[step] = next_done
@@ -327,7 +328,6 @@ def train(args):
                 discounted_return[next_done] = 0
                 # Truncation is not termination: gamma * V(final obs) joins the scaled reward.
                 bootstrap = trunc & ~term  # terminated wins when both are set
-                bootstraps[step] = 0  # the buffer is reused: no value may stay from a past rollout
                 if bootstrap.any():
                     final_obs = on_device(np.stack(info["final_obs"][bootstrap]))
                     bootstraps[step, bootstrap] = args.gamma * agent.get_value(final_obs)
@@ -366,7 +366,7 @@ def train(args):
             sps = batch_size / (time.time() - iteration_start)
             row = dict(global_step=global_step, sps=sps, learning_rate=lr, clip_coef=args.clip_coef)
             row |= means
-            # explained variance: 1 for a perfect critic, 0 a mean (nan: constant returns)
+            # explained variance: 1 for a perfect critic, 0 a mean (-inf or nan: constant returns)
             unexplained = (returns - values).var() / returns.var()
             row["explained_variance"] = 1 - unexplained.item()
             write_row(logs["updates.csv"], [row[k] for k in HEADERS["updates.csv"].split(",")])

@@ -327,7 +327,7 @@ def train_member(member, args, envs, device, logs, global_step, start):
         sps = batch_size / (time.time() - iteration_start)
         row = dict(global_step=global_step, sps=sps, member=member["id"], **hparams)
         row |= means
-        # explained variance: 1 for a perfect critic, 0 a mean (nan: constant returns)
+        # explained variance: 1 for a perfect critic, 0 a mean (-inf or nan: constant returns)
         unexplained = (returns - values).var() / returns.var()
         row["explained_variance"] = 1 - unexplained.item()
         columns = HEADERS["updates.csv"].split(",")

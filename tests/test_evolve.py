@@ -289,6 +289,27 @@ def test_nonfinite_loss_stops_with_exit_1_and_keeps_the_last_good_checkpoint(tmp
 
 
 @pytest.mark.slow
+def test_a_crash_mid_generation_leaves_the_last_whole_generations_checkpoint(tmp_path, monkeypatch):
+    argv = ["--total-timesteps", "9216", "--evo-steps", "1024", "--pop-size", "3", "--eval-episodes", "4",
+            "--run-dir", str(tmp_path)]  # 3 generations of 3072 steps
+    played, play = [], P.play
+    def crashing_play(*a, **kw):  # the 5th fitness game: the second member of the second generation
+        played.append(1)
+        if len(played) == 5:
+            raise RuntimeError("a crash")
+        return play(*a, **kw)
+    monkeypatch.setattr(P, "play", crashing_play)
+    with pytest.raises(RuntimeError):
+        P.train(P.parse_args(argv))
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert ckpt["generation"] == 1  # the first generation, whole; not the half-trained second
+    rows = read_csv(tmp_path / "population.csv")
+    assert list(rows["generation"]) == [0, 0, 0, 1]  # the second generation's first member was scored
+    first = {row["member"]: row["fitness"] for row in rows[:3]}
+    assert {m["id"]: m["fitness"] for m in ckpt["population"]} == pytest.approx(first)
+
+
+@pytest.mark.slow
 def test_learns_cartpole_to_its_reward_threshold(tmp_path):
     # The default run, seed 1: it stops once the best fitness reaches CartPole's reward_threshold (475), well
     # inside its 600k-step budget. Measured: 266,240 steps (generation 4); random search (--no-evolve): 368,640.
