@@ -43,13 +43,13 @@ class Args:  # every flag: --help shows the comment after each field
     torch_deterministic: bool = True  # same seed, same run: deterministic cuDNN, no TF32
     device: str = "auto"  # auto (CUDA when present), cpu or cuda
     cuda_graphs: bool = True  # on CUDA, record the action step and the update, then replay them
-    run_dir: str = ""  # the run's folder (empty: runs/<game>__ppo_atari__<seed>__<unix time>)
+    run_dir: str = ""  # the run's folder (empty: runs/<env>__ppo_atari__<seed>__<unix time>)
     save_interval: float = 300.0  # seconds between checkpoints (one is also written at the end)
     resume: str = ""  # continue the run of this checkpoint, with the arguments saved in it
-    eval: str = ""  # play --eval-episodes games with this checkpoint's policy, print the scores
-    eval_episodes: int = 10  # games played by --eval
+    eval: str = ""  # play --eval-episodes episodes with this checkpoint's policy, print the returns
+    eval_episodes: int = 10  # episodes played by --eval
     deterministic: bool = False  # --eval takes the most likely action instead of sampling
-    gif: str = ""  # --eval also writes the first game to this GIF file
+    gif: str = ""  # --eval also writes the first episode to this GIF file
     # environment
     env_id: str = "Breakout"  # ALE game: Breakout, BreakoutNoFrameskip-v4, ALE/Breakout-v5...
     total_timesteps: int = 10_000_000  # environment steps of the run (4 frames each)
@@ -58,16 +58,16 @@ class Args:  # every flag: --help shows the comment after each field
     # algorithm
     num_steps: int = 128  # steps per game per rollout
     learning_rate: float = 2.5e-4  # Adam's learning rate at the start
-    anneal_lr: bool = True  # anneal the learning rate linearly to 0 [core-4]
-    anneal_clip: bool = True  # anneal the clip range linearly to 0, as the PPO paper [aux-1]
-    gamma: float = 0.99  # discount factor
-    gae_lambda: float = 0.95  # GAE lambda [core-5]
     num_minibatches: int = 4  # minibatches per epoch [core-6]
     update_epochs: int = 4  # passes over each rollout
-    norm_adv: bool = True  # normalize advantages per minibatch [core-7]
     clip_coef: float = 0.1  # clip range of the policy ratio and of the value [core-8, core-9]
-    clip_vloss: bool = True  # clip the value loss [core-9]
     ent_coef: float = 0.01  # entropy bonus coefficient [core-10]
+    anneal_clip: bool = True  # anneal the clip range linearly to 0, as the PPO paper [aux-1]
+    anneal_lr: bool = True  # anneal the learning rate linearly to 0 [core-4]
+    gamma: float = 0.99  # discount factor
+    gae_lambda: float = 0.95  # GAE lambda [core-5]
+    norm_adv: bool = True  # normalize advantages per minibatch [core-7]
+    clip_vloss: bool = True  # clip the value loss [core-9]
     vf_coef: float = 0.5  # value loss coefficient [core-10]
     max_grad_norm: float = 0.5  # global gradient norm clip [core-11]
     target_kl: float = None  # stop an update's epochs once approx_kl exceeds this [aux-3]
@@ -217,7 +217,7 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, en
 def minibatch_step(agent, optimizer, args, batch, clip_coef, mb):
     """One gradient step on the rows mb of the flattened rollout; the loss and its stats."""
     b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values = batch
-    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb], b_actions[mb])
+    *_, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb], b_actions[mb])
     mb_advantages = b_advantages[mb]
     if args.norm_adv:  # [core-7]
         mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
@@ -231,35 +231,19 @@ def minibatch_step(agent, optimizer, args, batch, clip_coef, mb):
     return loss.detach(), stats
 
 
-def cuda_graph(fn, *inputs):
-    """fn(*inputs) recorded once as a CUDA graph, and a function that replays it. A small network
-    keeps a GPU waiting while Python launches its kernels one by one; a replay launches them all.
-    A replay copies new inputs into `inputs` and returns the same output tensors every time (read
-    them before the next). No Python runs then: numbers fn read (a learning rate) stay fixed."""
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = fn(*inputs)
-    def replay(*new_inputs):
-        for buffer, x in zip(inputs, new_inputs):
-            buffer.copy_(x)
-        graph.replay()
-        return outputs
-    return replay
-
-
 def train(args):
     # ---------------------------------------------------------------- 1. setup
     batch_size = args.num_envs * args.num_steps
     minibatch_size = batch_size // args.num_minibatches
     num_iterations = math.ceil(args.total_timesteps / batch_size)
     device = pick_device(args.device)
-    graphs = args.cuda_graphs and device.type == "cuda"
     torch.manual_seed(args.seed)
+    envs = make_envs(args, args.num_envs)
+    graphs = args.cuda_graphs and device.type == "cuda"
     torch.backends.cudnn.deterministic = args.torch_deterministic
     # cuDNN convolves in TF32 by default (a 10-bit mantissa): the update would then recompute the
     # rollout's log-probabilities only to about 1e-4, and an update's first ratio would not be 1.
     torch.backends.cudnn.allow_tf32 = not args.torch_deterministic
-    envs = make_envs(args, args.num_envs)
     agent = Agent(envs.single_action_space.n).to(device, memory_format=torch.channels_last)
     # [core-3] eps 1e-5. capturable: the step count lives on the device, for a recorded update.
     optimizer = torch.optim.Adam(
@@ -274,24 +258,25 @@ def train(args):
     global_step = iteration * batch_size
     path, logs = open_run(args, global_step)
 
-    # The rollout, on the device. Frames stay uint8: a quarter of the memory and of the copying.
+    # The rollout: the network's outputs on the device; rewards and dones on the host until its end.
     shape = (args.num_steps, args.num_envs)
-    obs = torch.zeros(shape + (4, 84, 84), dtype=torch.uint8, device=device)
-    actions = torch.zeros(shape, dtype=torch.long, device=device)
     logprobs = torch.zeros(shape, device=device)
     values = torch.zeros(shape, device=device)
-    # Rewards and dones come from the games: kept on the host, sent to the device once a rollout.
+    bootstraps = torch.zeros(shape, device=device)  # gamma * V(final obs) where a step truncated
     rewards = np.zeros(shape, np.float32)
     dones = np.zeros(shape, np.float32)
     on_device = partial(torch.as_tensor, dtype=torch.float32, device=device)
-    next_obs_np, info = envs.reset(seed=args.seed + iteration * args.num_envs)  # new on resume
-    next_obs = torch.from_numpy(next_obs_np).to(device)  # (num_envs, 4, 84, 84) uint8
+    next_obs, info = envs.reset(seed=args.seed + iteration * args.num_envs)  # new on resume
     next_done = np.zeros(args.num_envs, bool)
-    score = np.zeros(args.num_envs)  # each game's unclipped score so far
     length = np.zeros(args.num_envs, dtype=int)
-    frame_number = info["episode_frame_number"].copy()
-    recent = []  # the last 100 game scores, for the progress bar
+    recent = []  # the last 100 episodes' returns, for the progress bar
     policy = torch.no_grad()(agent.get_action_and_value)  # the rollout only acts: no gradient
+    # Frames stay uint8 until the network: a quarter of the memory and of the copying.
+    obs = torch.zeros(shape + (4, 84, 84), dtype=torch.uint8, device=device)
+    actions = torch.zeros(shape, dtype=torch.long, device=device)
+    obs_on_device = partial(torch.as_tensor, device=device)  # keeps the dtype
+    score = np.zeros(args.num_envs)  # each game's unclipped score so far
+    frame_number = info["episode_frame_number"].copy()
     eager_iteration = iteration  # creates Adam's state and cuDNN's choices, which graphs cannot
 
     stop = []  # a signal asks to stop: the update is finished, everything saved, then it stops
@@ -305,29 +290,29 @@ def train(args):
             # Schedules are functions of the iteration: a resumed run picks them up where they were.
             frac = 1.0 - iteration / num_iterations  # 1 in the first update, then down towards 0
             lr = args.learning_rate * (frac if args.anneal_lr else 1.0)  # [core-4]
-            clip_coef = args.clip_coef * (frac if args.anneal_clip else 1.0)  # [aux-1]
             optimizer.param_groups[0]["lr"] = lr
+            clip_coef = args.clip_coef * (frac if args.anneal_clip else 1.0)  # [aux-1]
             if graphs and iteration == eager_iteration + 1:  # the action step is recorded once
-                policy = cuda_graph(policy, next_obs.clone())
+                policy = cuda_graph(policy, obs[0].clone())
             # ------------------------------------------------------------ 2. rollout
+            bootstraps.zero_()  # the buffer is reused: no value may stay from a past rollout
             for step in range(args.num_steps):
-                obs[step] = next_obs
+                obs[step] = obs_on_device(next_obs)
                 dones[step] = next_done
-                actions[step], logprobs[step], _, values[step] = policy(next_obs)
+                actions[step], logprobs[step], _, values[step] = policy(obs[step])
                 action_np = actions[step].cpu().numpy()  # the step's one wait for the device
-                next_obs_np, reward, term, trunc, info = envs.step(action_np)
+                next_obs, reward, term, trunc, info = envs.step(action_np)
                 next_done = term | trunc
                 global_step += args.num_envs
-                score += reward  # the game's own reward; the agent learns from its sign [atari-6]
+                score += reward
                 length += 1
+                # [atari-6] The agent learns from the reward's sign, the score adds the reward.
                 rewards[step] = np.sign(reward)
-                # Truncation is not termination: V(final observation) joins the reward.
+                # Truncation is not termination: gamma * V(final obs) joins the reward GAE sees.
                 bootstrap = trunc & ~term  # terminated wins when both are set
                 if bootstrap.any():
-                    final_obs = torch.from_numpy(info["final_obs"][bootstrap]).to(device)
-                    final_value = agent.get_value(final_obs).cpu().numpy()
-                    rewards[step, bootstrap] += args.gamma * final_value
-                next_obs = torch.from_numpy(next_obs_np).to(device)
+                    final_obs = obs_on_device(np.stack(info["final_obs"][bootstrap]))
+                    bootstraps[step, bootstrap] = args.gamma * agent.get_value(final_obs)
                 # A lost life is a done for GAE [atari-3], but the score adds up to the game's end.
                 # That shows as the frame counter going back: the info is the next game's already.
                 game_over = next_done & (info["episode_frame_number"] < frame_number)
@@ -336,13 +321,13 @@ def train(args):
                     wall_time = round(time.time() - start, 1)
                     write_row(logs["episodes.csv"], [global_step, wall_time, score[i], length[i]])
                     recent = recent[-99:] + [score[i]]
-                score[game_over] = 0
-                length[game_over] = 0
+                    score[i] = 0
+                    length[i] = 0
             # ------------------------------------------------------------ 3. advantages
-            next_value = agent.get_value(next_obs)
-            advantages, returns = compute_gae(on_device(rewards), values, on_device(dones),
-                                              next_value, on_device(next_done), args.gamma,
-                                              args.gae_lambda)
+            gae_rewards = on_device(rewards) + bootstraps
+            next_value = agent.get_value(obs_on_device(next_obs))
+            advantages, returns = compute_gae(gae_rewards, values, on_device(dones), next_value,
+                                              on_device(next_done), args.gamma, args.gae_lambda)
             # ------------------------------------------------------------ 4. update
             flat = [x.flatten(0, 1) for x in (obs, actions, logprobs, advantages, returns, values)]
             update = partial(minibatch_step, agent, optimizer, args, flat, clip_coef)
@@ -393,6 +378,22 @@ def pick_device(name):
     return torch.device(auto if name == "auto" else name)
 
 
+def cuda_graph(fn, *inputs):
+    """fn(*inputs) recorded once as a CUDA graph, and a function that replays it. A small network
+    keeps a GPU waiting while Python launches its kernels one by one; a replay launches them all.
+    A replay copies new inputs into `inputs` and returns the same output tensors every time (read
+    them before the next). No Python runs then: numbers fn read (a learning rate) stay fixed."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = fn(*inputs)
+    def replay(*new_inputs):
+        for buffer, x in zip(inputs, new_inputs):
+            buffer.copy_(x)
+        graph.replay()
+        return outputs
+    return replay
+
+
 def load_checkpoint(path):
     """This script's checkpoint at path, or exit 1 with one line saying why not."""
     try:  # weights_only: plain data only, so that a stranger's checkpoint cannot run code
@@ -424,8 +425,7 @@ HEADERS = {"episodes.csv": "global_step,wall_time,return,length",
 
 def open_run(args, global_step):
     """The run's folder, its files' paths, its CSV logs open (a resume drops rows past it)."""
-    game = rom_id(args.env_id)
-    args.run_dir = args.run_dir or f"runs/{game}__{SCRIPT}__{args.seed}__{int(time.time())}"
+    args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
     os.makedirs(args.run_dir, exist_ok=True)
     with open(os.path.join(args.run_dir, "args.json"), "w") as f:
         json.dump(asdict(args), f, indent=2)
@@ -446,7 +446,7 @@ def write_row(log, values):
 
 
 def evaluate(args):
-    """Play --eval-episodes whole games, one per env, and print their unclipped scores."""
+    """Play --eval-episodes episodes, one per env, and print their returns."""
     device = pick_device(args.device)
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.eval_episodes, training=False)  # a game ends with its last life
@@ -455,10 +455,10 @@ def evaluate(args):
     obs, _ = envs.reset(seed=args.seed)
     scores = np.zeros(args.eval_episodes)
     over = np.zeros(args.eval_episodes, bool)
-    frames = []  # game 0's newest frame at each step, three times enlarged
-    while not over.all():  # every game ends, by itself or at --max-episode-frames
-        if not over[0]:
-            frames.append(np.kron(obs[0, -1], np.ones((3, 3), np.uint8)))
+    frames = []  # episode 0's frames, for --gif
+    while not over.all():  # every episode ends, by itself or at its step limit
+        if args.gif and not over[0]:
+            frames.append(np.kron(obs[0, -1], np.ones((3, 3), np.uint8)))  # newest, 3x as big
         with torch.no_grad():
             x = torch.from_numpy(obs).to(device)
             action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
@@ -466,16 +466,16 @@ def evaluate(args):
         scores += reward * ~over
         over |= term | trunc
     envs.close()
-    if args.gif:  # 15 steps a second
+    if args.gif:
         from PIL import Image
-        images = [Image.fromarray(frame) for frame in frames]
+        images = [Image.fromarray(frame) for frame in frames]  # 15 steps a second
         images[0].save(args.gif, save_all=True, append_images=images[1:], duration=67, loop=0)
-    print(f"eval {args.env_id}, {len(scores)} games: {scores.mean():.1f} +- {scores.std():.1f}")
+    print(f"eval {args.env_id}, {len(scores)} episodes: {scores.mean():.1f} +- {scores.std():.1f}")
     return scores
 
 
 def plot_curve(path, title):
-    """Every game's score against environment steps, and their moving average."""
+    """Every episode's return against environment steps, and their moving average."""
     import matplotlib
     matplotlib.use("Agg")  # files only, no window
     import matplotlib.pyplot as plt
@@ -486,7 +486,7 @@ def plot_curve(path, title):
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(data[:, 0], data[:, 2], ".", alpha=0.25, markersize=3, label="one episode")
     ax.plot(data[w - 1:, 0], (cumulative[w:] - cumulative[:-w]) / w, label=f"mean of {w}")
-    ax.set(xlabel="environment steps", ylabel="game score (unclipped)", title=title)
+    ax.set(xlabel="environment steps", ylabel="episodic return", title=title)
     ax.legend()
     fig.savefig(path["curve.png"], dpi=100, bbox_inches="tight")
     plt.close(fig)

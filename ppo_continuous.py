@@ -44,26 +44,26 @@ class Args:  # every flag: --help shows the comment after each field
     resume: str = ""  # continue the run of this checkpoint, with the arguments saved in it
     eval: str = ""  # play --eval-episodes episodes with this checkpoint's policy, print the returns
     eval_episodes: int = 10  # episodes played by --eval
-    deterministic: bool = False  # --eval takes the mean action instead of sampling
+    deterministic: bool = False  # --eval takes the most likely action instead of sampling
     gif: str = ""  # --eval also writes the first episode to this GIF file
     # environment
     env_id: str = "HalfCheetah-v5"  # gymnasium env with flat Box observations and Box actions
     total_timesteps: int = 1_000_000  # environment steps of the run
     num_envs: int = 1  # envs stepped in parallel [core-1]
     # algorithm
-    squash: bool = False  # tanh-squash the Gaussian into the action bounds, not clip [cont-5]
-    init_logstd: float = -0.5  # the log std at the start: std 0.61 (CleanRL: 0, std 1) [cont-2]
     num_steps: int = 2048  # steps per env per rollout
     learning_rate: float = 3e-4  # Adam's learning rate at the start
+    num_minibatches: int = 32  # minibatches per epoch [core-6]
+    update_epochs: int = 10  # passes over each rollout
+    clip_coef: float = 0.2  # clip range of the policy ratio and of the value [core-8, core-9]
+    ent_coef: float = 0.0  # entropy bonus coefficient [core-10]
+    squash: bool = False  # tanh-squash the Gaussian into the action bounds, not clip [cont-5]
+    init_logstd: float = -0.5  # the log std at the start: std 0.61 (CleanRL: 0, std 1) [cont-2]
     anneal_lr: bool = True  # anneal the learning rate linearly to 0 [core-4]
     gamma: float = 0.99  # discount factor
     gae_lambda: float = 0.95  # GAE lambda [core-5]
-    num_minibatches: int = 32  # minibatches per epoch [core-6]
-    update_epochs: int = 10  # passes over each rollout
     norm_adv: bool = True  # normalize advantages per minibatch [core-7]
-    clip_coef: float = 0.2  # clip range of the policy ratio and of the value [core-8, core-9]
     clip_vloss: bool = True  # clip the value loss [core-9]
-    ent_coef: float = 0.0  # entropy bonus coefficient [core-10]
     vf_coef: float = 0.5  # value loss coefficient [core-10]
     max_grad_norm: float = 0.5  # global gradient norm clip [core-11]
     target_kl: float = None  # stop an update's epochs once approx_kl exceeds this [aux-3]
@@ -174,7 +174,7 @@ class Agent(nn.Module):
         self.register_buffer("high", torch.as_tensor(action_space.high).float())
 
     @torch.no_grad()  # for the rollout only
-    def get_value(self, x):  # x: (B, obs_dim) raw observations -> (B,)
+    def get_value(self, x):
         return self.critic(self.obs_norm(x)).squeeze(-1)
 
     def get_action_and_value(self, x, u=None, greedy=False):
@@ -192,11 +192,10 @@ class Agent(nn.Module):
         value = self.critic(x).squeeze(-1)
         if not self.squash:  # [cont-5] the env gets u clipped to its bounds; u itself is stored
             return u.clamp(self.low, self.high), u, logprob.sum(1), entropy.sum(1), value
-        # action = center + scale * tanh(u), clipped against rounding. Change of variables:
-        # log p(action) = log N(u) - log |d action/du|, with
-        # log |d action/du| = log scale + log(1 - tanh(u)^2), and log(1 - tanh(u)^2) written in its
-        # stable form 2 (log 2 - u - softplus(-2u)), finite even where tanh(u) rounds to +-1. u is
-        # what the rollout stores: atanh of a saturated action would be infinite.
+        # action = center + scale * tanh(u), clipped against rounding. By the change of variables,
+        # log p(action) = log N(u) - log |d action/du| = log N(u) - log scale - log(1 - tanh(u)^2),
+        # the last term in its stable form 2 (log 2 - u - softplus(-2u)), finite even where tanh(u)
+        # rounds to +-1. The rollout stores u: atanh of a saturated action would be infinite.
         scale = (self.high - self.low) / 2
         log_jacobian = scale.log() + 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
         action = (self.low + scale * (torch.tanh(u) + 1)).clamp(self.low, self.high)
@@ -244,7 +243,7 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns, en
 def minibatch_step(agent, optimizer, args, batch, clip_coef, mb):
     """One gradient step on the rows mb of the flattened rollout; the loss and its stats."""
     b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values = batch
-    _, _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb], b_actions[mb])
+    *_, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb], b_actions[mb])
     mb_advantages = b_advantages[mb]
     if args.norm_adv:  # [core-7]
         mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
@@ -260,8 +259,6 @@ def minibatch_step(agent, optimizer, args, batch, clip_coef, mb):
 
 def train(args):
     # ---------------------------------------------------------------- 1. setup
-    # one thread: as fast as 16 for these small networks, and 9x faster than 2 on a busy 2-core box
-    torch.set_num_threads(1)
     batch_size = args.num_envs * args.num_steps
     minibatch_size = batch_size // args.num_minibatches
     num_iterations = math.ceil(args.total_timesteps / batch_size)
@@ -275,29 +272,31 @@ def train(args):
     iteration = 0  # updates done
     if args.resume:
         ckpt = load_checkpoint(args.resume)
-        agent.load_state_dict(ckpt["model"])  # the weights and the running statistics
+        agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         iteration = ckpt["iteration"]
     global_step = iteration * batch_size
     path, logs = open_run(args, global_step)
 
-    # The rollout on the device, observations raw; rewards and dones on the host until its end.
+    # The rollout: the network's outputs on the device; rewards and dones on the host until its end.
     shape = (args.num_steps, args.num_envs)
-    obs = torch.zeros(shape + (obs_dim,), device=device)
-    actions = torch.zeros(shape + space.shape, device=device)  # the Gaussian's u
     logprobs = torch.zeros(shape, device=device)
     values = torch.zeros(shape, device=device)
     bootstraps = torch.zeros(shape, device=device)  # gamma * V(final obs) where a step truncated
     rewards = np.zeros(shape, np.float32)
-    discounted = np.zeros(shape, np.float32)  # the discounted return at each step [cont-8]
     dones = np.zeros(shape, np.float32)
     on_device = partial(torch.as_tensor, dtype=torch.float32, device=device)
-    next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)  # new on resume
+    next_obs, info = envs.reset(seed=args.seed + iteration * args.num_envs)  # new on resume
     next_done = np.zeros(args.num_envs, bool)
-    score = np.zeros(args.num_envs)  # each episode's return so far
     length = np.zeros(args.num_envs, dtype=int)
-    discounted_return = np.zeros(args.num_envs)  # each episode's discounted return so far
+    recent = []  # the last 100 episodes' returns, for the progress bar
     policy = torch.no_grad()(agent.get_action_and_value)  # the rollout only acts: no gradient
+    obs = torch.zeros(shape + (obs_dim,), device=device)  # raw: the Agent normalizes them
+    actions = torch.zeros(shape + space.shape, device=device)  # the Gaussian's u
+    discounted = np.zeros(shape, np.float32)  # the discounted return at each step [cont-8]
+    obs_on_device = on_device  # the observations too go as float32
+    score = np.zeros(args.num_envs)  # each episode's return so far
+    discounted_return = np.zeros(args.num_envs)  # each episode's discounted return so far
 
     stop = []  # a signal asks to stop: the update is finished, everything saved, then it stops
     handlers = {s: signal.signal(s, lambda s, _: stop.append(s)) for s in STOP_SIGNALS}
@@ -311,10 +310,11 @@ def train(args):
             frac = 1.0 - iteration / num_iterations  # 1 in the first update, then down towards 0
             lr = args.learning_rate * (frac if args.anneal_lr else 1.0)  # [core-4]
             optimizer.param_groups[0]["lr"] = lr
+            clip_coef = args.clip_coef  # not annealed
             # ------------------------------------------------------------ 2. rollout
             bootstraps.zero_()  # the buffer is reused: no value may stay from a past rollout
             for step in range(args.num_steps):
-                obs[step] = on_device(next_obs)  # (num_envs, obs_dim) float32, raw
+                obs[step] = obs_on_device(next_obs)
                 dones[step] = next_done
                 action, actions[step], logprobs[step], _, values[step] = policy(obs[step])
                 action_np = action.cpu().numpy()  # the step's one wait for the device
@@ -326,33 +326,33 @@ def train(args):
                 rewards[step] = reward
                 discounted[step] = discounted_return = discounted_return * args.gamma + reward
                 discounted_return[next_done] = 0
-                # Truncation is not termination: gamma * V(final obs) joins the scaled reward.
+                # Truncation is not termination: gamma * V(final obs) joins the reward GAE sees.
                 bootstrap = trunc & ~term  # terminated wins when both are set
                 if bootstrap.any():
-                    final_obs = on_device(np.stack(info["final_obs"][bootstrap]))
+                    final_obs = obs_on_device(np.stack(info["final_obs"][bootstrap]))
                     bootstraps[step, bootstrap] = args.gamma * agent.get_value(final_obs)
                 for i in np.flatnonzero(next_done):
                     wall_time = round(time.time() - start, 1)
                     write_row(logs["episodes.csv"], [global_step, wall_time, score[i], length[i]])
-                    bar.set_postfix(score=score[i])  # the last episode's return
-                score[next_done] = 0
-                length[next_done] = 0
+                    recent = recent[-99:] + [score[i]]
+                    score[i] = 0
+                    length[i] = 0
             # ------------------------------------------------------------ 3. advantages
             # [cont-8, cont-9] rewards / std of the discounted return (not centred), clipped to +-10
             agent.return_norm.update(discounted.reshape(-1))
             reward_scale = (agent.return_norm.var.float() + 1e-8).sqrt()
-            scaled = (on_device(rewards) / reward_scale).clamp(-10, 10) + bootstraps
-            next_value = agent.get_value(on_device(next_obs))
-            advantages, returns = compute_gae(scaled, values, on_device(dones), next_value,
+            gae_rewards = (on_device(rewards) / reward_scale).clamp(-10, 10) + bootstraps
+            next_value = agent.get_value(obs_on_device(next_obs))
+            advantages, returns = compute_gae(gae_rewards, values, on_device(dones), next_value,
                                               on_device(next_done), args.gamma, args.gae_lambda)
             # ------------------------------------------------------------ 4. update
             flat = [x.flatten(0, 1) for x in (obs, actions, logprobs, advantages, returns, values)]
+            update = partial(minibatch_step, agent, optimizer, args, flat, clip_coef)
             all_stats = []  # per minibatch: the loss, ppo_loss's stats; one wait for the device
             for epoch in range(args.update_epochs):
                 b_inds = torch.randperm(batch_size, device=device)
                 for begin in range(0, batch_size, minibatch_size):
-                    mb = b_inds[begin:begin + minibatch_size]
-                    loss, stats = minibatch_step(agent, optimizer, args, flat, args.clip_coef, mb)
+                    loss, stats = update(b_inds[begin:begin + minibatch_size])
                     all_stats.append(torch.stack([loss, *stats.values()]))
                 if args.target_kl is not None and stats["approx_kl"] > args.target_kl:  # [aux-3]
                     break
@@ -364,13 +364,14 @@ def train(args):
             iteration += 1
             # ------------------------------------------------------------ 5. logging
             sps = batch_size / (time.time() - iteration_start)
-            row = dict(global_step=global_step, sps=sps, learning_rate=lr, clip_coef=args.clip_coef)
+            row = dict(global_step=global_step, sps=sps, learning_rate=lr, clip_coef=clip_coef)
             row |= means
             # explained variance: 1 for a perfect critic, 0 a mean (-inf or nan: constant returns)
             unexplained = (returns - values).var() / returns.var()
             row["explained_variance"] = 1 - unexplained.item()
             write_row(logs["updates.csv"], [row[k] for k in HEADERS["updates.csv"].split(",")])
             bar.update(batch_size)
+            bar.set_postfix(score=np.mean(recent) if recent else "-", sps=round(sps))
             if time.time() - last_save > args.save_interval:
                 save_all(path, logs, args, agent, optimizer, iteration)
                 last_save = time.time()
@@ -389,6 +390,8 @@ def train(args):
 
 # ======================================================== plumbing: checkpoints, logs, evaluation
 def pick_device(name):  # small MLPs run faster on a CPU than on a GPU (README.md)
+    # one thread: as fast as 16 for these small networks, and 9x faster than 2 on a busy 2-core box
+    torch.set_num_threads(1)
     return torch.device("cpu" if name == "auto" else name)
 
 
@@ -444,9 +447,7 @@ def write_row(log, values):
 
 
 def evaluate(args):
-    """Play --eval-episodes episodes, one per env, and print their returns (statistics frozen)."""
-    # one thread: as fast as 16 for these small networks, and 9x faster than 2 on a busy 2-core box
-    torch.set_num_threads(1)
+    """Play --eval-episodes episodes, one per env, and print their returns."""
     device = pick_device(args.device)
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.eval_episodes)
@@ -456,20 +457,20 @@ def evaluate(args):
     obs, _ = envs.reset(seed=args.seed)
     scores = np.zeros(args.eval_episodes)
     over = np.zeros(args.eval_episodes, bool)
-    frames = []  # episode 0's frames
-    while not over.all():  # every episode ends, by itself or at the env's step limit
+    frames = []  # episode 0's frames, for --gif
+    while not over.all():  # every episode ends, by itself or at its step limit
         if args.gif and not over[0]:
-            frames.append(envs.envs[0].render())
+            frames.append(envs.envs[0].render())  # from the env's own camera
         with torch.no_grad():
-            x = torch.from_numpy(obs).to(device, torch.float32)
+            x = torch.from_numpy(obs).to(device)
             action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
         obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
         scores += reward * ~over
         over |= term | trunc
     envs.close()
-    if args.gif:  # every other frame, at half size: 25 frames a second
+    if args.gif:
         from PIL import Image
-        images = [Image.fromarray(frame).reduce(2) for frame in frames[::2]]
+        images = [Image.fromarray(frame).reduce(2) for frame in frames[::2]]  # 25 frames a second
         images[0].save(args.gif, save_all=True, append_images=images[1:], duration=40, loop=0)
     print(f"eval {args.env_id}, {len(scores)} episodes: {scores.mean():.1f} +- {scores.std():.1f}")
     return scores

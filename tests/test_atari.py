@@ -138,7 +138,7 @@ def test_eval_with_gif_ends_for_a_policy_that_never_fires(tmp_path):
     out = run("--eval", str(tmp_path / "checkpoint.pt"), "--eval-episodes", "2", "--deterministic",
               "--gif", str(gif))
     assert out.returncode == 0, out.stderr
-    assert "2 games" in out.stdout and "+-" in out.stdout
+    assert "2 episodes" in out.stdout and "+-" in out.stdout
     from PIL import Image
     with Image.open(gif) as image:
         assert image.n_frames > 10 and image.size == (252, 252)
