@@ -6,12 +6,11 @@
 
 The agent sees the cart's position and the pole's angle, not their velocities: an LSTM for the actor
 and one for the critic remember what it saw. Tags name "The 37 Implementation Details of PPO" (Huang
-et al., 2022): core-1..13, lstm-1..5, aux-3, cont-6..9 (without this scaling of observations and
-rewards, masked CartPole learns far slower). Where recurrent PPO has gone wrong elsewhere: here the
-state is zeroed where an episode starts, never at a rollout boundary; the update replays whole env
-sequences from the rollout's initial states, recomputing exactly the log-probabilities it stored; a
-truncated episode is bootstrapped under its own state. Left out on purpose: one LSTM for both (more
-runs forgot what they learned, docs/ppo_lstm.md), CUDA graphs (slower here than a CPU), Box actions.
+et al., 2022): core-1..13, lstm-1..5, aux-3, cont-6..9 (the scaling: it learns far slower without).
+Where recurrent PPO goes wrong elsewhere: the state here is zeroed where an episode starts, not at a
+rollout's start; the update replays whole env sequences from the rollout's first states, recomputing
+its log-probabilities; a truncated episode is bootstrapped under its own state. Left out: one LSTM
+for both (more runs forgot what they learned), CUDA graphs (slower than a CPU here), Box actions.
 """
 import argparse
 import contextlib
@@ -54,19 +53,19 @@ class Args:  # every flag: --help shows the comment after each field
     total_timesteps: int = 50_000  # environment steps of the run
     num_envs: int = 8  # envs stepped in parallel [core-1]
     # algorithm
-    memory: str = "lstm"  # lstm, or none: the control, the LSTMs' state zeroed before every step
-    hidden_size: int = 64  # width of the encoder and of each LSTM
     num_steps: int = 32  # steps per env per rollout: the length of the sequences the update replays
     learning_rate: float = 1e-3  # Adam's learning rate at the start
+    num_minibatches: int = 1  # minibatches per epoch, each of whole env sequences [core-6, lstm-4]
+    update_epochs: int = 8  # passes over each rollout
+    clip_coef: float = 0.2  # clip range of the policy ratio and of the value [core-8, core-9]
+    ent_coef: float = 0.0  # entropy bonus coefficient [core-10]
+    memory: str = "lstm"  # lstm, or none: the control, the LSTMs' state zeroed before every step
+    hidden_size: int = 64  # width of the encoder and of each LSTM
     anneal_lr: bool = True  # anneal the learning rate linearly to 0 [core-4]
     gamma: float = 0.99  # discount factor
     gae_lambda: float = 0.95  # GAE lambda [core-5]
-    num_minibatches: int = 1  # minibatches per epoch, each of whole env sequences [core-6, lstm-4]
-    update_epochs: int = 8  # passes over each rollout
     norm_adv: bool = True  # normalize advantages per minibatch [core-7]
-    clip_coef: float = 0.2  # clip range of the policy ratio and of the value [core-8, core-9]
     clip_vloss: bool = True  # clip the value loss [core-9]
-    ent_coef: float = 0.0  # entropy bonus coefficient [core-10]
     vf_coef: float = 0.5  # value loss coefficient [core-10]
     max_grad_norm: float = 0.5  # global gradient norm clip [core-11]
     target_kl: float = None  # stop an update's epochs once approx_kl exceeds this [aux-3]
@@ -269,8 +268,6 @@ def minibatch_step(agent, optimizer, args, batch, clip_coef, mb):
 
 def train(args):
     # ---------------------------------------------------------------- 1. setup
-    # one thread: as fast as 16 for these small networks, and 9x faster than 2 on a busy 2-core box
-    torch.set_num_threads(1)
     batch_size = args.num_envs * args.num_steps
     num_iterations = math.ceil(args.total_timesteps / batch_size)
     device = pick_device(args.device)
@@ -293,7 +290,7 @@ def train(args):
     # [lstm-2] The states start at zero, once, and are carried across rollouts: an episode that
     # goes on past a rollout's end keeps its memory; only an episode start zeroes it (unroll).
     states = agent.zero_states(args.num_envs)  # the actor's (h, c), the critic's (h, c)
-    discounted_return = 0.0  # each env's, for the reward scaling [cont-8]: an array after a step
+    discounted_return = np.zeros(args.num_envs)  # each episode's discounted return so far
     score = np.zeros(args.num_envs)  # each episode's unscaled return so far
     length = np.zeros(args.num_envs, dtype=int)
     policy = torch.no_grad()(agent.get_action_and_value)  # the rollout only acts: no gradient
@@ -312,7 +309,7 @@ def train(args):
             optimizer.param_groups[0]["lr"] = lr
             initial_states = states  # [lstm-5] the update replays from here (not changed in place)
             # ------------------------------------------------------------ 2. rollout
-            rollout = []  # per step: obs, done, action, logprob, value, reward (all on the device)
+            rollout = []  # per step, the tuple appended below (all on the device)
             for step in range(args.num_steps):
                 action, logprob, _, value, states = policy(next_obs[None], states, next_done[None])
                 next_obs_np, reward, term, trunc, info = envs.step(action.cpu().numpy())
@@ -320,29 +317,34 @@ def train(args):
                 global_step += args.num_envs
                 score += reward
                 length += 1
-                discounted_return = discounted_return * args.gamma + reward  # [cont-8, cont-9]
-                agent.return_norm.update(discounted_return)  # rewards are divided by its std
-                reward = np.clip(reward / (agent.return_norm.var.item() + 1e-8) ** 0.5, -10, 10)
-                discounted_return[ended] = 0
-                bootstrap = trunc & ~term  # truncation is not termination (terminated wins if both)
-                if bootstrap.any():  # + gamma * V(final obs) under the episode's own critic state
+                discounted_return = discounted_return * args.gamma + reward  # [cont-8]
+                # Truncation is not termination: gamma * V(final obs) joins the reward GAE sees.
+                bootstrap = trunc & ~term  # terminated wins when both are set
+                final_value = torch.zeros_like(value)
+                if bootstrap.any():  # V under the episode's own critic state
                     final_obs = on_device(np.stack(info["final_obs"][bootstrap]))
-                    final_value = agent.get_value(final_obs, [s[:, bootstrap] for s in states[1]])
-                    reward[bootstrap] += args.gamma * final_value.cpu().numpy()
-                rollout.append((next_obs, next_done, action, logprob, value, on_device(reward)))
+                    state = [s[:, bootstrap] for s in states[1]]  # the critic's, these envs'
+                    final_value[bootstrap] = agent.get_value(final_obs, state)
+                rollout.append((next_obs, next_done, action, logprob, value, on_device(reward),
+                                on_device(discounted_return), args.gamma * final_value))
+                discounted_return[ended] = 0
                 next_obs = on_device(next_obs_np)
                 next_done = on_device(ended)
                 for i in np.flatnonzero(ended):
                     wall_time = round(time.time() - start, 1)
                     write_row(logs["episodes.csv"], [global_step, wall_time, score[i], length[i]])
                     bar.set_postfix(score=score[i])  # the last episode's return
-                score[ended] = 0
-                length[ended] = 0
-            # (num_steps, num_envs, ...); raw observations: the agent masks and normalizes them
-            obs, dones, actions, logprobs, values, rewards = map(torch.stack, zip(*rollout))
+                    score[i] = 0
+                    length[i] = 0
+            obs, dones, actions, logprobs, values, rewards, discounted, bootstraps = map(
+                torch.stack, zip(*rollout))  # each (num_steps, num_envs, ...); obs raw
             # ------------------------------------------------------------ 3. advantages
+            # [cont-8, cont-9] rewards / std of the discounted return (not centred), clipped to +-10
+            agent.return_norm.update(discounted.reshape(-1))
+            reward_scale = (agent.return_norm.var.float() + 1e-8).sqrt()
+            gae_rewards = (rewards / reward_scale).clamp(-10, 10) + bootstraps
             next_value = agent.get_value(next_obs, states[1])  # GAE ignores it at an episode start
-            advantages, returns = compute_gae(rewards, values, dones, next_value, next_done,
+            advantages, returns = compute_gae(gae_rewards, values, dones, next_value, next_done,
                                               args.gamma, args.gae_lambda)
             # ------------------------------------------------------------ 4. update
             batch = (obs, dones, initial_states, actions, logprobs, advantages, returns, values)
@@ -387,6 +389,8 @@ def train(args):
 
 # ======================================================== plumbing: checkpoints, logs, evaluation
 def pick_device(name):  # small MLPs run faster on a CPU than on a GPU (README.md)
+    # one thread: as fast as 16 for these small networks, and 9x faster than 2 on a busy 2-core box
+    torch.set_num_threads(1)
     return torch.device("cpu" if name == "auto" else name)
 
 
@@ -444,8 +448,6 @@ def write_row(log, values):
 @torch.no_grad()  # it only acts
 def evaluate(args):
     """Play --eval-episodes episodes, one per env, from zero states [lstm-2]; print the returns."""
-    # one thread: as fast as 16 for these small networks, and 9x faster than 2 on a busy 2-core box
-    torch.set_num_threads(1)
     device = pick_device(args.device)
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.eval_episodes)
@@ -456,19 +458,19 @@ def evaluate(args):
     done = torch.zeros(1, args.eval_episodes, device=device)  # no reset: later episodes don't count
     scores = np.zeros(args.eval_episodes)
     over = np.zeros(args.eval_episodes, bool)
-    frames = []  # episode 0's frames, if a GIF is asked for
-    while not over.all():  # every episode ends, by itself or at the env's step limit
+    frames = []  # episode 0's frames, for --gif
+    while not over.all():  # every episode ends, by itself or at its step limit
         if args.gif and not over[0]:
-            frames.append(envs.envs[0].render())
+            frames.append(envs.envs[0].render())  # from the env's own camera
         x = torch.as_tensor(obs[None], device=device)  # (1, N, obs_dim)
         action, *_, states = agent.get_action_and_value(x, states, done, greedy=args.deterministic)
         obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
         scores += reward * ~over
         over |= term | trunc
     envs.close()
-    if args.gif:  # 25 steps a second, at half size
+    if args.gif:
         from PIL import Image
-        images = [Image.fromarray(frame).reduce(2) for frame in frames]
+        images = [Image.fromarray(frame).reduce(2) for frame in frames]  # 25 steps a second
         images[0].save(args.gif, save_all=True, append_images=images[1:], duration=40, loop=0)
     print(f"eval {args.env_id}, {len(scores)} episodes: {scores.mean():.1f} +- {scores.std():.1f}")
     return scores
