@@ -278,7 +278,7 @@ def train(args):
     global_step = iteration * batch_size
     path, logs = open_run(args, global_step)
 
-    # The rollout: the network's outputs on the device; rewards and dones on the host until its end.
+    # The rollout: the network's inputs and outputs on the device; rewards and dones on the host.
     shape = (args.num_steps, args.num_envs)
     logprobs = torch.zeros(shape, device=device)
     values = torch.zeros(shape, device=device)
