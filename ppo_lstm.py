@@ -327,7 +327,7 @@ def train(args):
                     final_value[bootstrap] = agent.get_value(final_obs, state)
                 rollout.append((next_obs, next_done, action, logprob, value, on_device(reward),
                                 on_device(discounted_return), args.gamma * final_value))
-                discounted_return[ended] = 0
+                discounted_return[ended] = 0  # after the append, which copied this step's
                 next_obs = on_device(next_obs_np)
                 next_done = on_device(ended)
                 for i in np.flatnonzero(ended):
