@@ -135,7 +135,7 @@ def test_eval_with_gif_ends_for_a_policy_that_never_fires(tmp_path):
     out = run("--total-timesteps", "256", "--max-episode-frames", "2000", "--run-dir", str(tmp_path), *TINY)
     assert out.returncode == 0, out.stderr
     gif = tmp_path / "game.gif"
-    out = run("--eval", str(tmp_path / "checkpoint.pt"), "--eval-episodes", "2", "--deterministic",
+    out = run("--eval", str(tmp_path), "--eval-episodes", "2", "--deterministic",
               "--gif", str(gif))
     assert out.returncode == 0, out.stderr
     assert "2 episodes" in out.stdout and "+-" in out.stdout
@@ -149,9 +149,10 @@ def test_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch):
     # The first minibatch of every update recomputes the log-probabilities and values the rollout stored:
     # before any step of the optimizer they must agree, or the ratio is not 1 where PPO assumes it is.
     calls, original = [], P.ppo_loss
-    def spy(*a, **k):
-        calls.append([x.detach().clone() for x in a[:5]])
-        return original(*a, **k)
+    def spy(**k):  # the script passes keyword arguments
+        names = ("newlogprob", "oldlogprob", "advantages", "newvalue", "oldvalue")
+        calls.append([k[name].detach().clone() for name in names])
+        return original(**k)
     monkeypatch.setattr(P, "ppo_loss", spy)
     P.train(P.Args(total_timesteps=512, run_dir=str(tmp_path), num_envs=4, num_steps=64,
                    cuda_graphs=False))  # eager, so that every minibatch calls ppo_loss

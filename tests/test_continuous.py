@@ -3,6 +3,7 @@ bootstrap, the normalization statistics that travel with the checkpoint, and its
 import csv
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -27,7 +28,8 @@ def read_csv(path):
 
 def agent_for(space, squash, seed=0):
     torch.manual_seed(seed)
-    agent = P.Agent(3, space, init_logstd=-0.3, squash=squash)
+    envs = SimpleNamespace(single_observation_space=gym.spaces.Box(-1, 1, (3,)), single_action_space=space)
+    agent = P.Agent(envs, SimpleNamespace(squash=squash))
     with torch.no_grad():  # a mean that is not near zero, so that the squash matters
         agent.actor_mean[-1].weight.normal_(0, 1.0)
         agent.obs_norm.mean.copy_(torch.tensor([1.0, -2.0, 0.5]))  # statistics far from (0, 1)
@@ -148,9 +150,10 @@ def test_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch):
     original = P.ppo_loss
     for squash in ("--no-squash", "--squash"):
         calls = []
-        def spy(*a, **k):
-            calls.append([x.detach().clone() for x in a[:5]])
-            return original(*a, **k)
+        def spy(**k):
+            names = ["newlogprob", "oldlogprob", "advantages", "newvalue", "oldvalue"]
+            calls.append([k[name].detach().clone() for name in names])
+            return original(**k)
         monkeypatch.setattr(P, "ppo_loss", spy)
         run_dir = str(tmp_path / squash)
         P.train(P.parse_args([*SMALL, squash, "--total-timesteps", "768", "--run-dir", run_dir]))

@@ -1,5 +1,7 @@
 """Checks of what only ppo_evolve.py has: copies, mutations and selection, and its command line."""
 import copy
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +14,8 @@ import torch
 from conftest import ROOT, load_script
 
 P = load_script("ppo_evolve")
-ENVS = P.make_envs(P.Args(), 1)  # CartPole's spaces, for the networks
+ARGS = P.Args()
+ENVS = P.make_envs(ARGS, 1)  # CartPole's spaces, for the networks
 OBS_DIM = ENVS.single_observation_space.shape[0]
 
 
@@ -26,8 +29,8 @@ def trained_member(id, fitness, lr=1e-3):
     torch.manual_seed(id)
     member = dict(id=id, parent=-1, mutation="new", fitness=fitness, adam={},
                   hparams=dict(learning_rate=lr, ent_coef=0.01, clip_coef=0.2, gae_lambda=0.95),
-                  model=P.Agent(ENVS).state_dict())
-    agent, optimizer = P.build(member, ENVS, "cpu")
+                  model=P.Agent(ENVS, ARGS).state_dict())
+    agent, optimizer = P.build(member, ENVS, ARGS, "cpu")
     for _ in range(3):
         _, logprob, entropy, value = agent.get_action_and_value(torch.randn(32, OBS_DIM))
         optimizer.zero_grad()
@@ -65,11 +68,17 @@ def test_the_default_mutation_odds():
     assert P.MUTATIONS == dict(none=0.25, hparam=0.5, weights=0.25)
 
 
-def test_every_member_has_the_same_network():
-    population = P.first_population(P.Args(pop_size=4), ENVS)
+def test_every_member_has_the_same_network(tmp_path):
+    # One generation of 4 members, 128 steps each: the checkpoint holds the first population, trained.
+    P.train(P.parse_args(["--pop-size", "4", "--evo-steps", "128", "--num-steps", "16", "--total-timesteps",
+                          "512", "--eval-episodes", "2", "--run-dir", str(tmp_path)]))
+    population = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["population"]
+    assert [(m["id"], m["parent"], m["mutation"]) for m in population] == [(i, -1, "new") for i in range(4)]
     shapes = [{k: v.shape for k, v in member["model"].items()} for member in population]
     assert all(s == shapes[0] for s in shapes) and shapes[0]["actor.0.weight"] == (64, OBS_DIM)
     assert len({member["hparams"]["learning_rate"] for member in population}) == 4  # drawn apart
+    for member in population:
+        assert all(low <= member["hparams"][k] <= high for k, (low, high) in P.HPARAMS.items())
 
 
 def test_a_copy_has_its_parents_weights_and_adam_state_and_its_own_learning_rate():
@@ -77,8 +86,8 @@ def test_a_copy_has_its_parents_weights_and_adam_state_and_its_own_learning_rate
     assert pairs, "no learning-rate mutation in 30 seeds"
     for parent, child in pairs:
         assert child["hparams"]["learning_rate"] != parent["hparams"]["learning_rate"]
-        agent, optimizer = P.build(child, ENVS, "cpu")
-        parent_agent, parent_optimizer = P.build(parent, ENVS, "cpu")
+        agent, optimizer = P.build(child, ENVS, ARGS, "cpu")
+        parent_agent, parent_optimizer = P.build(parent, ENVS, ARGS, "cpu")
         for (name, p), q in zip(agent.named_parameters(), parent_agent.parameters()):
             assert torch.equal(p, q), name
             for k in ("exp_avg", "exp_avg_sq", "step"):
@@ -96,7 +105,7 @@ def test_a_copy_has_its_parents_weights_and_adam_state_and_its_own_learning_rate
 def test_build_loads_copies_so_training_leaves_the_member_as_it_was():
     member = trained_member(0, 1.0)
     before = {key: v.clone() for key, v in adam_tensors(member).items()}
-    agent, optimizer = P.build(member, ENVS, "cpu")
+    agent, optimizer = P.build(member, ENVS, ARGS, "cpu")
     _, logprob, _, value = agent.get_action_and_value(torch.randn(32, OBS_DIM))
     (value.pow(2).mean() - logprob.mean()).backward()
     optimizer.step()
@@ -169,6 +178,13 @@ def test_tournament_winners_are_the_fitter_members(monkeypatch):
     (["--env-id", "Pendulum-v1"], "--env-id"),  # Box actions
     (["--eval-episodes", "0"], "--eval-episodes"),
     (["--num-steps", "-1"], "--num-steps"),
+    (["--seed", "-1"], "--seed"),
+    (["--gamma", "1.5"], "--gamma"),
+    (["--save-interval", "-1"], "--save-interval"),
+    (["--max-grad-norm", "0"], "--max-grad-norm"),
+    (["--total", "512"], "--total"),  # a prefix of --total-timesteps is refused
+    (["--gif", "best.gif"], "--gif"),  # without --eval
+    (["--learning-rate", "1e-3"], "--learning-rate"),  # evolved, not a flag
 ])
 def test_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
     with pytest.raises(SystemExit) as e:
@@ -186,14 +202,21 @@ def read_csv(path):
     return np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True, dtype=None, encoding=None))
 
 
+def last_line(text):
+    return text.strip().splitlines()[-1]
+
+
 @pytest.mark.slow
 def test_run_resume_eval_and_broken_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     out = run(*TINY, "--run-dir", str(run_dir))
     assert out.returncode == 0, out.stderr
-    assert "6144 population steps, 2 generations, best fitness " in out.stdout
+    # One line: the folder, the score, how to evaluate.
+    assert out.stdout.strip().splitlines() == [last_line(out.stdout)]
+    assert last_line(out.stdout).startswith(f"{run_dir}: return ")
+    assert last_line(out.stdout).endswith(f"evaluate: python ppo_evolve.py --eval {run_dir}")
     ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=True)  # plain data only
-    assert ckpt["format"] == 3 and ckpt["generation"] == 2 and len(ckpt["population"]) == 3
+    assert ckpt["format"] == P.FORMAT and ckpt["global_step"] == 6144 and len(ckpt["population"]) == 3
     rows = np.genfromtxt(run_dir / "population.csv", delimiter=",", names=True, dtype=None, encoding=None)
     assert len(rows) == 6 and list(rows["generation"]) == [0, 0, 0, 1, 1, 1]
     assert list(rows["global_step"]) == list(range(1024, 6145, 1024))
@@ -210,58 +233,82 @@ def test_run_resume_eval_and_broken_checkpoint(tmp_path):
     assert list(updates["member"]) == list(rows["member"])  # the same members, in the same order
     assert np.allclose(updates["learning_rate"], rows["learning_rate"], rtol=1e-5)  # each its own rate, never annealed
     assert np.isfinite(updates["pg_loss"]).all() and (updates["entropy"] > 0).all()
+    # A second run into the folder is refused, and changes nothing.
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    out = run(*TINY, "--run-dir", str(run_dir))
+    assert out.returncode == 2 and "--run-dir" in last_line(out.stderr) and "--resume" in last_line(out.stderr)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
     out = run("--resume", str(run_dir / "checkpoint.pt"), "--pop-size", "4")
-    assert out.returncode == 2 and "--pop-size" in out.stderr.strip().splitlines()[-1]
-    out = run("--eval", str(run_dir / "checkpoint.pt"), "--eval-episodes", "3")
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 2 and "--pop-size" in last_line(out.stderr)
+    # --eval takes the checkpoint or its folder.
     best = max(ckpt["population"], key=lambda m: m["fitness"])
-    assert f"member {best['id']}, 3 episodes: " in out.stdout
+    for path in (run_dir / "checkpoint.pt", run_dir):
+        out = run("--eval", str(path), "--eval-episodes", "3")
+        assert out.returncode == 0, out.stderr
+        assert f"member {best['id']}, 3 episodes: " in out.stdout
     gif = tmp_path / "best.gif"
-    out = run("--eval", str(run_dir / "checkpoint.pt"), "--eval-episodes", "2", "--deterministic",
-              "--gif", str(gif))
-    assert out.returncode == 0, out.stderr
+    out = run("--eval", str(run_dir), "--eval-episodes", "2", "--deterministic", "--gif", str(gif))
+    assert out.returncode == 0 and "XDG_RUNTIME_DIR" not in out.stderr, out.stderr  # no display needed
     from PIL import Image
     with Image.open(gif) as image:
         assert gif.stat().st_size > 1000 and image.n_frames >= 8  # a CartPole episode lasts 8 steps at least
+    for argv, flag in [(["--resume", str(run_dir)], "--resume"), (["--gif", str(tmp_path / "no" / "a.gif")], "--gif")]:
+        out = run("--eval", str(run_dir), *argv)
+        assert out.returncode == 2 and flag in last_line(out.stderr), out.stderr
     (tmp_path / "broken.pt").write_bytes((run_dir / "checkpoint.pt").read_bytes()[:200])
     for path in (tmp_path / "broken.pt", tmp_path / "missing.pt"):
         out = run("--eval", str(path))
         assert out.returncode == 1 and "Traceback" not in out.stderr and path.name in out.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted(before)  # --eval writes nothing there
 
 
 @pytest.mark.slow
-def test_sigterm_saves_a_whole_generation_and_resume_finishes_the_run(tmp_path):
+def test_sigterm_saves_a_whole_generation_exits_143_and_a_moved_run_resumes(tmp_path):
+    generation = 3 * 2048  # steps of a generation: 3 members x 2048
     argv = ["--total-timesteps", "30720", "--evo-steps", "2048", "--pop-size", "3", "--eval-episodes", "4",
-            "--target", "1e9", "--run-dir", str(tmp_path)]
-    proc = subprocess.Popen([sys.executable, str(ROOT / "ppo_evolve.py"), *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    while not (tmp_path / "checkpoint.pt").exists() and proc.poll() is None:
-        time.sleep(0.1)  # the first checkpoint: the end of generation 0
+            "--target", "1e9", "--save-interval", "0", "--run-dir", "runs/first"]
+    (tmp_path / "work").mkdir()
+    run_dir = tmp_path / "work" / "runs" / "first"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "ppo_evolve.py"), *argv], cwd=tmp_path / "work",
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (run_dir / "checkpoint.pt").exists() and proc.poll() is None:
+        time.sleep(0.1)  # the first checkpoint: generation 0, whole
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 0 and f"stopped; continue with --resume {tmp_path / 'checkpoint.pt'}" in stdout, stderr
-    stopped = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-    assert 1 <= stopped["generation"] < 5
-    rows = np.genfromtxt(tmp_path / "population.csv", delimiter=",", names=True, dtype=None, encoding=None)
-    assert rows["global_step"][-1] == stopped["generation"] * 3 * 2048  # the whole generation, no more
-    with open(tmp_path / "updates.csv", "a") as f:  # a row written after the checkpoint: resume drops it
-        f.write(f"{stopped['generation'] * 3 * 2048 + 1},1,1,1,1,1,1,1,1,1,99\n")
-    out = run("--resume", str(tmp_path / "checkpoint.pt"))
+    assert proc.returncode == 143, stderr  # as a shell reports a run ended by SIGTERM
+    assert "stopping" in stdout and last_line(stdout) == "stopped; continue with --resume runs/first"
+    stopped = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    assert stopped["global_step"] in [g * generation for g in range(1, 5)]  # whole generations only
+    rows = read_csv(run_dir / "population.csv")
+    assert rows["global_step"][-1] == stopped["global_step"]  # the generation under way was finished
+    assert [m["fitness"] for m in stopped["population"]] == list(rows["fitness"][-3:])
+    with open(run_dir / "updates.csv", "a") as f:  # a row written after the checkpoint: resume drops it
+        f.write(f"{stopped['global_step'] + 1},1,1,1,1,1,1,1,1,1,99\n")
+    # The folder moves; the run goes on where it lies now, from another working folder.
+    moved = tmp_path / "elsewhere" / "first"
+    moved.parent.mkdir()
+    shutil.move(run_dir, moved)
+    (tmp_path / "other").mkdir()
+    out = subprocess.run([sys.executable, str(ROOT / "ppo_evolve.py"), "--resume", "../elsewhere/first"],
+                         cwd=tmp_path / "other", capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert "30720 population steps, 5 generations" in out.stdout
-    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-    assert ckpt["generation"] == 5
-    rows = np.genfromtxt(tmp_path / "population.csv", delimiter=",", names=True, dtype=None, encoding=None)
+    assert os.listdir(tmp_path / "other") == []
+    assert last_line(out.stdout).startswith("../elsewhere/first: return ") and "--eval" in last_line(out.stdout)
+    ckpt = torch.load(moved / "checkpoint.pt", weights_only=True)
+    assert ckpt["global_step"] == 30720
+    rows = read_csv(moved / "population.csv")
     assert list(rows["generation"]) == [g for g in range(5) for _ in range(3)]  # none lost, none twice
     assert (np.diff(rows["global_step"]) == 2048).all()
-    updates = read_csv(tmp_path / "updates.csv")  # 2 updates per member and generation, none lost, none twice
+    updates = read_csv(moved / "updates.csv")  # 2 updates per member and generation, none lost, none twice
     assert list(updates["global_step"]) == list(range(1024, 30721, 1024)) and 99 not in updates["member"]
+    episodes = read_csv(moved / "episodes.csv")
+    assert (np.diff(episodes["global_step"]) >= 0).all() and (np.diff(episodes["wall_time"]) >= 0).all()
 
 
 @pytest.mark.slow
 def test_every_update_steps_each_member_with_its_own_hyperparameters(tmp_path, monkeypatch):
     calls, loss = [], P.ppo_loss  # a spy: the clip range and entropy coefficient of every minibatch step
-    monkeypatch.setattr(P, "ppo_loss", lambda *a, **kw: calls.append((a[7], a[9])) or loss(*a, **kw))
+    monkeypatch.setattr(P, "ppo_loss", lambda **kw: calls.append((kw["clip_coef"], kw["ent_coef"])) or loss(**kw))
     P.train(P.parse_args([*TINY, "--run-dir", str(tmp_path)]))
     assert len(calls) == 6 * 4 * 4  # 6 updates (2 generations x 3 members x 1 rollout), 4 epochs of 4 minibatches
     rows = read_csv(tmp_path / "population.csv")  # in the order the members trained
@@ -274,24 +321,37 @@ def test_same_seed_same_run(tmp_path):
     for name in ("a", "b"):
         assert run(*TINY, "--run-dir", str(tmp_path / name)).returncode == 0
     assert (tmp_path / "a" / "population.csv").read_text() == (tmp_path / "b" / "population.csv").read_text()
+    updates = [read_csv(tmp_path / run_dir / "updates.csv") for run_dir in "ab"]
+    columns = [c for c in updates[0].dtype.names if c != "sps"]  # all but the speed
+    assert (updates[0][columns] == updates[1][columns]).all()
 
 
 @pytest.mark.slow
 def test_nonfinite_loss_stops_with_exit_1_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-    args = lambda: P.parse_args([*TINY, "--run-dir", str(tmp_path)])
-    P.train(args())
-    good = (tmp_path / "checkpoint.pt").read_bytes()
-    monkeypatch.setitem(P.HPARAMS, "learning_rate", (1e30, 1e30))  # every member diverges at once
+    build = P.build
+
+    def diverging_build(member, *rest):  # the children of generation 1 step at a rate of 1e30
+        agent, optimizer = build(member, *rest)
+        if member["id"] >= 3:
+            optimizer.param_groups[0]["lr"] = 1e30
+        return agent, optimizer
+
+    monkeypatch.setattr(P, "build", diverging_build)
     with pytest.raises(SystemExit) as e:
-        P.train(args())
-    assert "non-finite loss at step 1024 (member 0)" in str(e.value.code)
-    assert (tmp_path / "checkpoint.pt").read_bytes() == good
+        P.train(P.parse_args([*TINY, "--save-interval", "0", "--run-dir", str(tmp_path)]))
+    assert str(e.value.code).startswith("error: non-finite loss, member 4")  # the elite trained first
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert ckpt["global_step"] == 3072  # generation 0, whole
+    rows = read_csv(tmp_path / "population.csv")
+    assert list(rows["generation"]) == [0, 0, 0, 1]
+    assert [m["fitness"] for m in ckpt["population"]] == list(rows["fitness"][:3])
+    assert len(read_csv(tmp_path / "updates.csv")) == 4 and (tmp_path / "curve.png").exists()
 
 
 @pytest.mark.slow
 def test_a_crash_mid_generation_leaves_the_last_whole_generations_checkpoint(tmp_path, monkeypatch):
     argv = ["--total-timesteps", "9216", "--evo-steps", "1024", "--pop-size", "3", "--eval-episodes", "4",
-            "--run-dir", str(tmp_path)]  # 3 generations of 3072 steps
+            "--save-interval", "0", "--run-dir", str(tmp_path)]  # 3 generations of 3072 steps
     played, play = [], P.play
     def crashing_play(*a, **kw):  # the 5th fitness game: the second member of the second generation
         played.append(1)
@@ -302,7 +362,7 @@ def test_a_crash_mid_generation_leaves_the_last_whole_generations_checkpoint(tmp
     with pytest.raises(RuntimeError):
         P.train(P.parse_args(argv))
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-    assert ckpt["generation"] == 1  # the first generation, whole; not the half-trained second
+    assert ckpt["global_step"] == 3072  # the first generation, whole; not the half-trained second
     rows = read_csv(tmp_path / "population.csv")
     assert list(rows["generation"]) == [0, 0, 0, 1]  # the second generation's first member was scored
     first = {row["member"]: row["fitness"] for row in rows[:3]}

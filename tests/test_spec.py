@@ -7,7 +7,7 @@ import tokenize
 
 import pytest
 
-from conftest import ROOT, SCRIPTS
+from conftest import ROOT, RUN_HELPER, SCRIPTS
 
 
 def code_lines(source):
@@ -47,6 +47,58 @@ def test_size_line_length_and_density(name):
     assert not too_long, f"lines over 100 characters: {too_long}"
     mean = sum(map(len, code.values())) / len(code)
     assert mean <= 42, f"{mean:.1f} characters per code line on average; at most 42"
+
+
+def page_lines(source):
+    """What a reader sees: the non-blank lines, indentation stripped, comments and docstrings included."""
+    return [line.strip() for line in source.splitlines() if line.strip()]
+
+
+def explained_lines(source):
+    """The numbers of the lines that carry an explanation: a comment (above code or after it) or a
+    docstring (any string that stands alone as a statement)."""
+    said = {tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+            if tok.type == tokenize.COMMENT}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+                and isinstance(node.value.value, str):
+            said |= set(range(node.lineno, node.end_lineno + 1))
+    return said
+
+
+def test_the_page_counters_themselves():
+    source = '"""doc\n\nmore"""\n\n# why\nx = {\n    "a": 1}  # tag\ny = 2\n'
+    assert page_lines(source) == ['"""doc', 'more"""', "# why", "x = {", '"a": 1}  # tag', "y = 2"]
+    assert explained_lines(source) == {1, 2, 3, 5, 7}  # a dict's string key is no docstring
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_the_page_reads_short(name):
+    """The page as a reader sees it, comments counted: at most 46 characters per non-blank line on average,
+    at most 8% of lines of 90 characters or more, at least a quarter of the lines explained, no function
+    longer than 90 lines."""
+    if name not in RUN_HELPER:
+        pytest.skip(f"{name}.py is not rewritten for the page yet")
+    source = (ROOT / f"{name}.py").read_text()
+    lines = source.splitlines()
+    seen = page_lines(source)
+    mean = sum(map(len, seen)) / len(seen)
+    assert mean <= 46, f"{mean:.2f} characters per non-blank line; at most 46"
+    wide = [i + 1 for i, line in enumerate(lines) if len(line) >= 90]
+    assert len(wide) <= 0.08 * len(lines), f"{len(wide)} lines of 90+ characters: {wide}"
+    explained = {i for i in explained_lines(source) if lines[i - 1].strip()}
+    assert len(explained) >= 0.25 * len(seen), f"{len(explained)} of {len(seen)} lines explained"
+    functions = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.FunctionDef)]
+    long = [(f.name, f.end_lineno - f.lineno + 1) for f in functions if f.end_lineno - f.lineno >= 90]
+    assert not long, f"functions over 90 lines: {long}"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_no_history_in_the_code(name):
+    """What changed and why belongs in git log and docs/, not in comments a reader has to skip."""
+    source = (ROOT / f"{name}.py").read_text().lower()
+    for phrase in ["kept for old", "old logs", "old commands", "used to be", "no longer"]:
+        assert phrase not in source, phrase
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
