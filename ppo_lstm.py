@@ -5,12 +5,10 @@
     python ppo_lstm.py --eval runs/<run>/checkpoint.pt --gif cartpole.gif
 
 The agent sees the cart's position and the pole's angle, not their velocities: an LSTM for the actor
-and one for the critic remember what it saw. Tags name "The 37 Implementation Details of PPO" (Huang
-et al., 2022): core-1..13, lstm-1..5, aux-3, cont-6..9 (the scaling: it learns far slower without).
-Where recurrent PPO goes wrong elsewhere: the state here is zeroed where an episode starts, not at a
-rollout's start; the update replays whole env sequences from the rollout's first states, recomputing
-its log-probabilities; a truncated episode is bootstrapped under its own state. Left out: one LSTM
-for both (more runs forgot what they learned), CUDA graphs (slower than a CPU here), Box actions.
+and one for the critic remember what it saw. Tags: "The 37 Implementation Details of PPO" (Huang et
+al., 2022). The state is zeroed where an episode starts, not at a rollout's start; the update
+replays whole env sequences from the rollout's first states; a truncated episode bootstraps under
+its own state. Left out: one LSTM for both (more runs forgot), CUDA graphs (slower), Box actions.
 """
 import argparse
 import contextlib
@@ -31,7 +29,7 @@ import torch.nn as nn
 from tqdm import tqdm
 
 SCRIPT = "ppo_lstm"  # written into every checkpoint, so that a foreign file is recognised
-FORMAT = 3  # the checkpoint's layout: 3 has actor_lstm and critic_lstm (2 had lstms.0 and lstms.1)
+FORMAT = 3  # the checkpoint's layout
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, and what a job scheduler sends
 
 
@@ -78,9 +76,8 @@ def parse_args(argv=None):
     choices = dict(device=["auto", "cpu", "cuda"], memory=["lstm", "none"])
     for f in fields(Args):
         kind = dict(action=argparse.BooleanOptionalAction) if f.type is bool else dict(type=f.type)
-        flag = "--" + f.name.replace("_", "-")  # no default: Args fills in what was not typed
-        parser.add_argument(flag, **kind, default=argparse.SUPPRESS, choices=choices.get(f.name),
-                            help=f"{helps[f.name]} (default: {f.default})")
+        parser.add_argument("--" + f.name.replace("_", "-"), **kind, choices=choices.get(f.name),
+                            default=argparse.SUPPRESS, help=f"{helps[f.name]} ({f.default})")
     given = vars(parser.parse_args(argv))
     args = Args(**given)
     if args.resume or args.eval:  # the checkpoint's arguments, but for what is the caller's
@@ -89,7 +86,7 @@ def parse_args(argv=None):
         own |= {"eval", "eval_episodes", "deterministic", "gif", "seed"} if args.eval else set()
         for name in given.keys() - own:
             if given[name] != saved.get(name):
-                parser.error(f"--{name.replace('_', '-')} differs from the checkpoint's value")
+                parser.error(f"--{name.replace('_', '-')} differs from the checkpoint")
         args = Args(**{**saved, **{name: given[name] for name in given.keys() & own}})
     sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"]
     sizes += ["learning_rate", "clip_coef"]  # and the two floats that must be positive
@@ -98,22 +95,24 @@ def parse_args(argv=None):
     if args.num_envs % args.num_minibatches:  # a minibatch holds whole env sequences [lstm-4]
         parser.error("--num-minibatches must divide --num-envs")
     if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA GPU is visible")
+        parser.error("--device cuda: no GPU is visible")
     if args.env_id not in gym.registry:
-        parser.error(f"--env-id {args.env_id!r}: no such gymnasium env")
+        parser.error(f"--env-id {args.env_id!r}: not a gymnasium env")
     env = gym.make(args.env_id)
     shape = env.observation_space.shape
     if len(shape) != 1 or not isinstance(env.action_space, gym.spaces.Discrete):
-        parser.error("--env-id: needs flat observations and Discrete actions")
+        parser.error("--env-id: needs flat observations, Discrete actions")
     if not set(args.mask.split(",")) <= {"none", *map(str, range(shape[0]))}:
-        parser.error(f"--mask {args.mask}: indices below {shape[0]} or none")
+        parser.error(f"--mask {args.mask}: none or indices below {shape[0]}")
     if args.gif and not args.eval:
-        parser.error("--gif goes with --eval")
+        parser.error("--gif needs --eval")
     folder = args.run_dir or "runs"
+    if not (args.eval or args.resume) and os.path.exists(f"{folder}/args.json"):
+        parser.error(f"--run-dir {folder} has a run (--resume it)")
     with contextlib.suppress(OSError):
         os.makedirs(folder, exist_ok=True)
     if not args.eval and not os.access(folder, os.W_OK):
-        parser.error(f"--run-dir {folder}: cannot create or write that folder")
+        parser.error(f"--run-dir {folder}: cannot be written")
     return args
 
 
@@ -384,7 +383,6 @@ def train(args):
         sys.exit(f"error: {broken}; {path['checkpoint.pt']} keeps the last good one")
     if stop:
         print(f"stopped; continue with --resume {path['checkpoint.pt']}")
-    return args.run_dir
 
 
 # ======================================================== plumbing: checkpoints, logs, evaluation
@@ -399,9 +397,9 @@ def load_checkpoint(path):
     try:  # weights_only: plain data only, so that a stranger's checkpoint cannot run code
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a message to sys.exit: printed, exit status 1
-        sys.exit(f"error: checkpoint {path}: missing, unreadable or truncated ({type(e).__name__})")
+        sys.exit(f"error: checkpoint {path}: unreadable ({type(e).__name__})")
     if not isinstance(ckpt, dict) or ckpt.get("script") != SCRIPT or ckpt.get("format") != FORMAT:
-        sys.exit(f"error: checkpoint {path}: not a checkpoint of {SCRIPT}.py, format {FORMAT}")
+        sys.exit(f"error: checkpoint {path}: not {SCRIPT}.py's, format {FORMAT}")
     return ckpt
 
 
@@ -427,14 +425,14 @@ def open_run(args, global_step):
     """The run's folder, its files' paths, its CSV logs open (a resume drops rows past it)."""
     args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
     os.makedirs(args.run_dir, exist_ok=True)
-    with open(os.path.join(args.run_dir, "args.json"), "w") as f:
+    with open(f"{args.run_dir}/args.json", "w") as f:
         json.dump(asdict(args), f, indent=2)
-    path = {n: os.path.join(args.run_dir, n) for n in [*HEADERS, "curve.png", "checkpoint.pt"]}
+    path = {n: f"{args.run_dir}/{n}" for n in [*HEADERS, "curve.png", "checkpoint.pt"]}
     logs = {}
     for name, header in HEADERS.items():
         resumed = global_step and os.path.exists(path[name])
         rows = open(path[name]).read().split()[1:] if resumed else []
-        kept = [row for row in rows if float(row.split(",")[0]) <= global_step]  # old logs: 1e+06
+        kept = [row for row in rows if float(row.split(",")[0]) <= global_step]  # float: 1e+06 too
         logs[name] = open(path[name], "w")
         logs[name].write("\n".join([header, *kept]) + "\n")
     return path, logs

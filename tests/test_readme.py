@@ -31,6 +31,14 @@ def test_the_first_run_works_as_written(tmp_path):
     last = out.stdout.strip().splitlines()[-1]
     prefix, score = promised.rsplit(": ", 1)
     assert last.startswith(prefix + ": "), (last, promised)
+    # As the README says, a second try of the first command is refused and leaves the run as it was.
+    before = {p.name: p.read_bytes() for p in (tmp_path / "runs" / "first").iterdir()}
+    words = commands[0].split()
+    again = subprocess.run([sys.executable, str(ROOT / words[1]), *words[2:]], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+    refusal = again.stderr.strip().splitlines()[-1]
+    assert again.returncode == 2 and "--run-dir runs/first" in refusal and "--resume" in refusal
+    assert {p.name: p.read_bytes() for p in (tmp_path / "runs" / "first").iterdir()} == before
     # The score itself is a learning result: the README's 500.0 was measured; a run on another CPU may
     # differ in the last floating-point digits, so the check is the task's own bar, 475.
     assert float(last.split(": ")[1].split()[0]) >= 475, last
