@@ -11,10 +11,6 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Each script joins the shared harness (test_math.py, test_spec.py, test_cli.py) by adding its name here.
 SCRIPTS = ["ppo_atari", "ppo_continuous", "ppo_lstm", "ppo_evolve"]
-# The scripts written on the shared shape: a `Run` helper for the run's bookkeeping, every flag checked, exit
-# statuses 130/143, resume where the checkpoint lies, the page measures. ppo_lstm.py joins when its rewrite fits
-# the size limits (it does not yet: it is about 1,000 characters of code over).
-RUN_HELPER = ["ppo_atari", "ppo_continuous", "ppo_evolve"]
 
 
 def load_script(name):

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from conftest import ROOT, RUN_HELPER, SCRIPTS, load_script, read_csv, run
+from conftest import ROOT, SCRIPTS, load_script, read_csv, run
 
 # A few updates of 256 environment steps each, with a checkpoint after every update.
 SMALL = {
@@ -20,8 +20,7 @@ SMALL = {
                        "--update-epochs", "2", "--save-interval", "0"],
     "ppo_lstm": ["--num-envs", "8", "--num-steps", "32", "--save-interval", "0"],
 }
-PPO = [name for name in SMALL if name in RUN_HELPER]  # ppo_evolve: its own tests cover these paths
-NOT_YET = "ppo_lstm.py is not written on the run helper yet"
+PPO = list(SMALL)  # ppo_evolve: its own tests cover these paths
 MODULES = {}
 
 
@@ -54,7 +53,6 @@ BAD = [
     (["--total", "512"], "--total"),  # a prefix of --total-timesteps is not taken for it
     (["--env", "Acrobot-v1"], "--env"),
 ]
-BEFORE_THE_RUN_HELPER = BAD[:6]  # what every script has checked all along
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -64,8 +62,6 @@ def test_a_bad_flag_value_exits_2_naming_the_flag_and_makes_nothing(name, argv, 
     field = argv[0][2:].replace("-", "_")
     if flag != "--total" and flag != "--env" and field not in module(name).Args.__annotations__:
         pytest.skip(f"{name} has no {argv[0]}")
-    if name not in RUN_HELPER and (argv, flag) not in BEFORE_THE_RUN_HELPER:
-        pytest.skip(NOT_YET)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as e:
         parse(name, argv)
@@ -87,8 +83,6 @@ def test_a_run_dir_that_holds_a_run_is_refused(name, tmp_path, capsys):
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_a_run_dir_that_is_a_file_or_under_one_is_refused(name, tmp_path, capsys):
-    if name not in RUN_HELPER:
-        pytest.skip(NOT_YET)
     (tmp_path / "a_file").write_text("not a folder")
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "episodes.csv").write_text("global_step,wall_time,return,length\n")
@@ -225,23 +219,3 @@ def test_a_nonfinite_loss_stops_with_exit_1_and_keeps_the_last_good_checkpoint(n
     assert len(read_csv(tmp_path / "updates.csv")) == 2 and (tmp_path / "curve.png").exists()
 
 
-@pytest.mark.slow
-def test_sigterm_saves_and_resume_continues_before_the_run_helper(tmp_path):
-    """ppo_lstm.py, until it is written on the run helper: SIGTERM saves, exit 0, resume from the checkpoint."""
-    name = "ppo_lstm"
-    run_dir = tmp_path / "run"
-    argv = [*SMALL[name], "--total-timesteps", "3072", "--run-dir", str(run_dir)]  # 12 updates
-    proc = start(name, argv, cwd=tmp_path)
-    wait_for_updates(proc, run_dir, 2)
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=300)
-    assert proc.returncode == 0
-    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=True)  # plain data only
-    rows = read_csv(run_dir / "updates.csv")
-    assert 2 <= ckpt["iteration"] < 12 and ckpt["global_step"] == int(rows[-1]["global_step"])
-    out = run(name, "--resume", run_dir / "checkpoint.pt", "--seed", "2")
-    assert out.returncode == 2 and "--seed" in out.stderr.strip().splitlines()[-1]
-    out = run(name, "--resume", run_dir / "checkpoint.pt", "--device", "cpu")
-    assert out.returncode == 0, out.stderr
-    rows = read_csv(run_dir / "updates.csv")
-    assert [int(r["global_step"]) for r in rows] == list(range(256, 3073, 256))  # none lost or twice

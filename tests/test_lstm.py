@@ -16,13 +16,18 @@ def run(*argv, timeout=300):
                           timeout=timeout)
 
 
-def make_agent(obs_dim=3, **kw):
-    """An Agent for envs with obs_dim observations and 2 actions; kw: Args fields (no mask by default)."""
-    import types
-    import gymnasium as gym
-    envs = types.SimpleNamespace(single_observation_space=gym.spaces.Box(-1, 1, (obs_dim,)),
-                                 single_action_space=gym.spaces.Discrete(2))
-    return P.Agent(envs, P.Args(**{"mask": "none", "hidden_size": 16, **kw}))
+def make_agent(**kw):
+    """An Agent for CartPole's spaces; kw: Args fields (no mask by default)."""
+    return P.Agent(P.make_envs(P.Args(), 1), P.Args(**{"mask": "none", **kw}))
+
+
+def zeros(B):
+    """The actor's and the critic's states at the start."""
+    return [(torch.zeros(1, B, 64), torch.zeros(1, B, 64))] * 2
+
+
+def features(agent, x):
+    return agent.encoder(agent.obs_norm(x))
 
 
 def step_by_step(agent, lstm, x, state, done):
@@ -41,31 +46,31 @@ def test_states_reset_where_an_episode_starts_and_only_there():
     torch.manual_seed(0)
     agent = make_agent()
     T, B = 12, 4
-    x = torch.randn(T, B, 3)
+    x = torch.randn(T, B, 4)
     # the actor's and the critic's states, carried over from an earlier rollout
-    states = [(torch.randn(1, B, 16), torch.randn(1, B, 16)) for _ in range(2)]
+    states = [(torch.randn(1, B, 64), torch.randn(1, B, 64)) for _ in range(2)]
     done = torch.zeros(T, B)
     done[0, 1] = done[3, 0] = done[3, 2] = done[7, 0] = done[11, 3] = 1
     outputs = []
-    for lstm, state in zip((agent.actor_lstm, agent.critic_lstm), states):
-        out, (h, c) = agent.unroll(lstm, agent.features(x), state, done)
-        ref_out, (ref_h, ref_c) = step_by_step(agent, lstm, x, state, done)
-        torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-6)
+    for memory, state in zip((agent.actor, agent.critic), states):
+        out, (h, c) = memory(features(agent, x), state, done)
+        ref_out, (ref_h, ref_c) = step_by_step(agent, memory.lstm, x, state, done)
+        torch.testing.assert_close(out, memory.head(ref_out), rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(h, ref_h, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(c, ref_c, rtol=1e-5, atol=1e-6)
         outputs.append(out)
         # Where an episode starts the carried state is forgotten: env 1 starts at t=0, so its outputs do
         # not depend on the state carried in; env 3 starts nothing before t=11, so its early outputs do.
         other = (state[0] * 2, state[1] * 2)
-        new = agent.unroll(lstm, agent.features(x), other, done)[0]
-        changed = (new - out).abs().reshape(T, B, 16).amax(-1)
+        new = memory(features(agent, x), other, done)[0]
+        changed = (new - out).abs().reshape(T, B, -1).amax(-1)
         assert (changed[:, 1] == 0).all() and (changed[:11, 3] > 0).all() and (changed[3:, 0] == 0).all()
-    assert not torch.allclose(outputs[0], outputs[1])  # two LSTMs, not one twice
+    assert not torch.allclose(agent.actor.lstm.weight_hh_l0, agent.critic.lstm.weight_hh_l0)  # two LSTMs
     # get_action_and_value runs the actor's LSTM from the actor's state, the critic's from the critic's
     _, _, _, value, (actor_state, critic_state) = agent.get_action_and_value(x, states, done)
-    ref_critic_out, ref_critic_state = step_by_step(agent, agent.critic_lstm, x, states[1], done)
-    ref_actor_state = step_by_step(agent, agent.actor_lstm, x, states[0], done)[1]
-    torch.testing.assert_close(value, agent.critic(ref_critic_out).squeeze(-1), rtol=1e-5, atol=1e-6)
+    ref_critic_out, ref_critic_state = step_by_step(agent, agent.critic.lstm, x, states[1], done)
+    ref_actor_state = step_by_step(agent, agent.actor.lstm, x, states[0], done)[1]
+    torch.testing.assert_close(value, agent.critic.head(ref_critic_out).squeeze(-1), rtol=1e-5, atol=1e-6)
     for got, ref in [(actor_state, ref_actor_state), (critic_state, ref_critic_state)]:
         for a, b in zip(got, ref):  # h, c
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
@@ -77,7 +82,7 @@ def test_get_value_is_one_step_on_in_the_same_episode():
     torch.manual_seed(0)
     agent = make_agent()
     T, B = 6, 4
-    x, states = torch.randn(T, B, 3), [(torch.randn(1, B, 16), torch.randn(1, B, 16)) for _ in range(2)]
+    x, states = torch.randn(T, B, 4), [(torch.randn(1, B, 64), torch.randn(1, B, 64)) for _ in range(2)]
     done = torch.zeros(T, B)
     done[2, 1] = 1
     with torch.no_grad():
@@ -85,7 +90,7 @@ def test_get_value_is_one_step_on_in_the_same_episode():
         states_before_last = agent.get_action_and_value(x[:-1], states, done[:-1])[-1]
     one_step = agent.get_value(x[-1], states_before_last[1])
     torch.testing.assert_close(one_step, value[-1], rtol=1e-5, atol=1e-6)
-    from_zero = agent.get_value(x[-1], agent.zero_states(B)[1])
+    from_zero = agent.get_value(x[-1], zeros(B)[1])
     assert (one_step - from_zero).abs().min() > 0
 
 
@@ -137,22 +142,26 @@ def test_truncation_bootstrap_joins_the_scaled_reward(tmp_path, monkeypatch):
     assert seen["checked"] == 3
 
 
-def test_memory_none_zeroes_the_state_before_every_step():
+def test_the_control_zeroes_the_state_before_every_step_and_keeps_it_zero():
     torch.manual_seed(0)
-    agent = make_agent(memory="none")
-    x, state = torch.randn(6, 4, 3), (torch.randn(1, 4, 16), torch.randn(1, 4, 16))
-    out, _ = agent.unroll(agent.actor_lstm, agent.features(x), state, torch.zeros(6, 4))
-    ref, _ = step_by_step(agent, agent.actor_lstm, x, state, torch.ones(6, 4))
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    agent = make_agent(memory=False)
+    x, action = torch.randn(6, 4, 4), torch.zeros(24, dtype=torch.long)
+    states = [(torch.randn(1, 4, 64), torch.randn(1, 4, 64)) for _ in range(2)]
+    _, logprob, _, value, states_after = agent.get_action_and_value(x, states, torch.zeros(6, 4), action)
+    assert states_after is states  # the bootstrap values see the zeros the rollout starts with
+    agent.memory = True  # the same weights, with memory, forgetting at every step
+    _, ref_logprob, _, ref_value, _ = agent.get_action_and_value(x, states, torch.ones(6, 4), action)
+    torch.testing.assert_close(logprob, ref_logprob, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(value, ref_value, rtol=1e-5, atol=1e-6)
 
 
 def test_the_actor_reads_only_its_lstm_and_the_critic_only_its_own():
     torch.manual_seed(0)
     agent = make_agent()
-    x, done, states = torch.randn(5, 4, 3), torch.zeros(5, 4), agent.zero_states(4)
+    x, done, states = torch.randn(5, 4, 4), torch.zeros(5, 4), zeros(4)
     _, logprob, _, value, _ = agent.get_action_and_value(x, states, done, torch.zeros(20, dtype=torch.long))
     # Which LSTM's weights each output depends on: the gradient is zero (or absent) for the other one's.
-    actor_lstm, critic_lstm = (list(lstm.parameters()) for lstm in (agent.actor_lstm, agent.critic_lstm))
+    actor_lstm, critic_lstm = (list(memory.lstm.parameters()) for memory in (agent.actor, agent.critic))
     for output, own, other in ((logprob, actor_lstm, critic_lstm), (value, critic_lstm, actor_lstm)):
         grads = torch.autograd.grad(output.sum(), own + other, allow_unused=True, retain_graph=True)
         reached = [g is not None and g.abs().sum() > 0 for g in grads]
@@ -160,15 +169,16 @@ def test_the_actor_reads_only_its_lstm_and_the_critic_only_its_own():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("memory", ["lstm", "none"])
+@pytest.mark.parametrize("memory", [True, False])
 def test_update_recomputes_the_rollouts_numbers(tmp_path, monkeypatch, memory):
     # The update replays each env's sequence from the rollout's initial state: before the optimizer has
     # stepped, the log-probabilities and values it computes must be the ones the rollout stored. Any hidden
     # state that is wrong (zeroed at a rollout boundary, not reset at an episode start, misaligned) breaks it.
     calls, original = [], P.ppo_loss
-    def spy(*a, **k):
-        calls.append([x.detach().clone() for x in a[:5]])
-        return original(*a, **k)
+    names = ["newlogprob", "oldlogprob", "advantages", "newvalue", "oldvalue"]
+    def spy(**k):
+        calls.append([k[name].detach().clone() for name in names])
+        return original(**k)
     monkeypatch.setattr(P, "ppo_loss", spy)
     args = P.Args(memory=memory, total_timesteps=3 * 8 * 32, run_dir=str(tmp_path))
     P.train(args)
@@ -201,7 +211,7 @@ def test_state_is_carried_across_rollouts(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv,flag", [  # the flags every script checks alike: test_cli.py
     (["--env-id", "FrozenLake-v1"], "--env-id"),  # Discrete observations
     (["--env-id", "Pendulum-v1"], "--env-id"),  # Box actions: ppo_continuous.py
-    (["--memory", "gru"], "--memory"),
+    (["--env-id", "Acrobot-v1"], "--env-id"),  # the masks are CartPole's
     (["--mask", "1,x"], "--mask"),  # a typo would otherwise hide nothing, silently
     (["--mask", "4"], "--mask"),  # CartPole has indices 0 to 3
     (["--mask", "1;3"], "--mask"),
@@ -237,10 +247,10 @@ def test_run_resume_eval_gif_and_normalization_saved(tmp_path):
     (tmp_path / "broken.pt").write_bytes((run_dir / "checkpoint.pt").read_bytes()[:200])
     out = run("--eval", str(tmp_path / "broken.pt"))
     assert out.returncode == 1 and "Traceback" not in out.stderr and "broken.pt" in out.stderr
-    torch.save({**ckpt, "format": 2}, tmp_path / "old.pt")  # the layout before actor_lstm, critic_lstm
+    torch.save({**ckpt, "format": P.FORMAT - 1}, tmp_path / "old.pt")  # an older layout
     out = run("--eval", str(tmp_path / "old.pt"))
     assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert "format 3" in out.stderr.strip().splitlines()[-1]
+    assert f"format {P.FORMAT}" in out.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.slow
@@ -270,10 +280,10 @@ def test_learns_masked_cartpole_and_the_control_does_not(tmp_path):
     # the memoryless control 41 to 45 on seeds 1 to 3 (docs/ppo_lstm.md). The mean of the last 20 training
     # episodes is a noisier measure (sampled actions, a policy still moving): 10 of those 16 were at 475 or more.
     scores = {}
-    for memory in ("lstm", "none"):
+    for memory in ("--memory", "--no-memory"):
         run_dir = tmp_path / memory
-        P.train(P.parse_args(["--seed", "1", "--memory", memory, "--run-dir", str(run_dir)]))
+        P.train(P.parse_args(["--seed", "1", memory, "--run-dir", str(run_dir)]))
         checkpoint = str(run_dir / "checkpoint.pt")
         scores[memory] = P.evaluate(P.parse_args(["--eval", checkpoint, "--deterministic"])).mean()
-    assert scores["lstm"] >= 475, scores
-    assert scores["none"] < 200, scores
+    assert scores["--memory"] >= 475, scores
+    assert scores["--no-memory"] < 200, scores
