@@ -4,9 +4,13 @@ preprocessing, a Nature CNN, annealed schedules.
     python ppo_atari.py        # Breakout, 10M steps
     python ppo_atari.py --eval runs/<run> --gif game.gif
 
-Tags: "The 37 Implementation Details of PPO" (Huang et
-al., 2022). CleanRL's settings; the clip range anneals
-too [aux-1]. Expect about 20 after 1M steps (README.md).
+CleanRL's settings, and as in the PPO paper the clip range
+anneals with the learning rate. A run of 1M steps (with
+--total-timesteps 1000000, so the schedules end there)
+scores about 20 a game at its end; 10M steps reach the
+hundreds (README.md). Tags such as [core-7] number the
+details of "The 37 Implementation Details of PPO" (Huang
+et al., 2022), listed in the README.
 """
 import argparse
 import json
@@ -33,42 +37,52 @@ SCRIPT = "ppo_atari"  # in every checkpoint
 FORMAT = 2  # the checkpoint's layout
 
 @dataclass
-class Args:  # --help: the comment after each
-    env_id: str = "Breakout"  # an ALE game, as ALE/Pong-v5
-    total_timesteps: int = 10_000_000  # steps of the run
-    num_envs: int = 8  # [core-1] games in parallel
-    max_episode_frames: int = 108_000  # a game's frame cap (30 min)
-    num_steps: int = 128  # steps per game per rollout
-    learning_rate: float = 2.5e-4  # Adam's, at first
-    num_minibatches: int = 4  # [core-6] per epoch
-    update_epochs: int = 4  # passes over each rollout
-    clip_coef: float = 0.1  # [core-8, 9] clip, at first
-    ent_coef: float = 0.01  # [core-10] entropy bonus
-    anneal_clip: bool = True  # [aux-1] linearly to 0
-    anneal_lr: bool = True  # [core-4] linearly to 0
-    gamma: float = 0.99  # discount
-    gae_lambda: float = 0.95  # [core-5] GAE's lambda
-    norm_adv: bool = True  # [core-7] advantages
-    clip_vloss: bool = True  # [core-9] value clip
-    vf_coef: float = 0.5  # [core-10] value loss
-    max_grad_norm: float = 0.5  # [core-11] grad clip
-    target_kl: float = None  # [aux-3] stop past this KL
-    seed: int = 1  # of torch and the games
-    device: str = "auto"  # auto (CUDA if any), cpu, cuda
-    cuda_graphs: bool = True  # CUDA: record, then replay
-    torch_deterministic: bool = True  # cuDNN: fixed, no TF32
-    run_dir: str = ""  # default: runs/<env>__...
-    save_interval: float = 300.0  # seconds per checkpoint
-    resume: str = ""  # continue the run in this folder
-    eval: str = ""  # play this run's policy
-    eval_episodes: int = 10  # played by --eval
-    deterministic: bool = False  # --eval: the argmax action
-    gif: str = ""  # --eval: a GIF of episode 0
+class Args:  # --help: the comment after each field
+    env_id: str = "Breakout"  # An ALE game (Pong, ALE/Pong-v5).
+    total_timesteps: int = 10_000_000  # Steps of the run.
+    num_envs: int = 8  # Games stepped side by side.
+    max_episode_frames: int = 108_000  # A game's frame cap (30 minutes).
+    num_steps: int = 128  # Steps per game in each rollout.
+    learning_rate: float = 2.5e-4  # Adam's rate at the start.
+    num_minibatches: int = 4  # Minibatches per epoch.
+    update_epochs: int = 4  # Passes over each rollout.
+    clip_coef: float = 0.1  # How far the ratio may leave 1, at first.
+    ent_coef: float = 0.01  # Weight of the entropy bonus.
+    anneal_clip: bool = True  # Anneal the clip range to 0.
+    anneal_lr: bool = True  # Anneal the learning rate to 0.
+    gamma: float = 0.99  # The discount factor.
+    gae_lambda: float = 0.95  # GAE's lambda.
+    norm_adv: bool = True  # Normalize advantages.
+    clip_vloss: bool = True  # Clip the value loss too.
+    vf_coef: float = 0.5  # Weight of the value loss.
+    max_grad_norm: float = 0.5  # Largest gradient norm.
+    target_kl: float = None  # Stop the epochs past this KL.
+    seed: int = 1  # Seed of torch and the games.
+    device: str = "auto"  # auto (CUDA if any), cpu or cuda.
+    cuda_graphs: bool = True  # On CUDA, record and replay steps.
+    torch_deterministic: bool = True  # Deterministic cuDNN, no TF32.
+    run_dir: str = ""  # The run's folder (default: runs/...).
+    save_interval: float = 300.0  # Seconds between saves.
+    resume: str = ""  # Continue the run in this folder.
+    eval: str = ""  # Play the policy of this run's folder.
+    eval_episodes: int = 10  # Games --eval plays.
+    deterministic: bool = False  # Play the likeliest action.
+    gif: str = ""  # With --eval: a GIF of the first game.
 
 def make_envs(args, num_envs, **overrides):
-    """The games, preprocessed by ale-py in C++ threads;
-    the tests check them against SB3's."""
-    # No FIRE after a lost life: the policy learns it.
+    """[core-1] num_envs games side by side, stepped by ale-py
+    in C++ threads, with the classic preprocessing of
+    DeepMind's DQN (the tests check its frames against
+    Stable-Baselines3's wrappers)."""
+    # [atari-1] Up to 30 no-ops at a reset vary the starts.
+    # [atari-2] Each action lasts 4 frames, and the last two
+    # are max-pooled, for the sprites that flicker.
+    # [atari-3] A lost life ends an episode for learning but
+    # not the game; nothing presses FIRE after it, so the
+    # policy learns to. [atari-4] FIRE starts a new game.
+    # [atari-5] Frames grey and 84x84; [atari-7] the last 4
+    # stacked, so that motion can be seen. [atari-6] Rewards
+    # become their sign in train(), which logs true scores.
     settings = dict(
         noop_max=30,  # [atari-1] up to 30 no-ops
         frameskip=4, maxpool=True,  # [atari-2] max of last 2
@@ -82,14 +96,17 @@ def make_envs(args, num_envs, **overrides):
         autoreset_mode="SameStep")  # reset in the last step
     return AtariVectorEnv(rom_id(args.env_id), num_envs, **{**settings, **overrides})
 
-def layer_init(layer, std=2 ** 0.5):  # [core-2]
+def layer_init(layer, std=2 ** 0.5):
+    # [core-2] Orthogonal weights keep the signal's scale
+    # through the layers at first; biases start at 0.
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.zeros_(layer.bias)
     return layer
 
 class Agent(nn.Module):
-    """The Nature CNN, one trunk for the actor and the
-    critic [atari-8, core-13]."""
+    """[atari-8, core-13] The Nature CNN, one trunk shared by
+    the actor and the critic: both heads learn from one set
+    of visual features, computed once per frame."""
 
     def __init__(self, envs, args):
         super().__init__()
@@ -102,7 +119,8 @@ class Agent(nn.Module):
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
     def features(self, x):  # uint8 (B, 4, 84, 84) -> (B, 512)
-        # [atari-9] /255 here; channels-last: 2x on a CPU.
+        # [atari-9] Frames stay uint8 until here, then go to
+        # [0, 1]. Channels-last halves a CPU's convolution time.
         x = x.to(torch.float32, memory_format=torch.channels_last)
         return self.network(x.mul_(1 / 255))
 
@@ -111,21 +129,25 @@ class Agent(nn.Module):
         return self.critic(self.features(x)).squeeze(-1)
 
     def get_action_and_value(self, x, action=None, greedy=False):
-        """x: (B, 4, 84, 84); action: (B,) to score or None.
-        -> action, log pi(action|x), entropy, V(x)."""
+        """x: (B, 4, 84, 84); action: (B,) to score, or None
+        to draw. -> action, log pi(action|x), entropy, V(x)."""
         features = self.features(x)
         logits = self.actor(features)
-        dist = Categorical(logits=logits, validate_args=False)
+        dist = Categorical(logits=logits, validate_args=False)  # no checks: faster
         if action is None:
             action = logits.argmax(-1) if greedy else dist.sample()
         value = self.critic(features).squeeze(-1)
         return action, dist.log_prob(action), dist.entropy(), value
 
-# Generalized advantage estimation [core-5]:
+# [core-5] Generalized advantage estimation: an average of
+# the k-step advantage estimates, weighted by lambda^k. At
+# lambda 0 it trusts V after one step (biased, steady), at 1
+# the rewards alone (unbiased, noisy): bias against variance.
 #   delta_t = r_t + gamma V(s_t+1) (1 - d_t+1) - V(s_t)
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
-# d_t = dones[t] = 1: observation t starts an episode.
+# The trap: d_t = dones[t] = 1 says that observation t starts
+# a new episode, so step t-1 ended one and V(s_t) is not its.
 # V(s_T) = next_value, d_T = next_done, A_T = 0.
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     next_values = torch.cat([values[1:], next_value[None]])
@@ -138,12 +160,20 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
         advantages[t] = last
     return advantages, advantages + values
 
-# The clipped objective as a loss [core-8..10], with
-# r_t = pi(a_t|s_t) / pi_old(a_t|s_t), e = clip_coef:
+# [core-8, core-9, core-10] The clipped objective as a loss.
+# With r_t = pi(a_t|s_t) / pi_old(a_t|s_t), e = clip_coef,
+# the paper maximizes mean(min(r_t A, clip(r_t, 1-e, 1+e) A)),
+# a pessimistic bound; as min(a, b) = -max(-a, -b), the loss:
 #   L_clip = mean(max(-A r_t, -A clip(r_t, 1-e, 1+e)))
-#   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2,
-#   V_clip = V_old + clip(V - V_old, -e, e) [core-9]
+# Past 1-e or 1+e in the direction A favours, the clipped
+# term wins and its gradient is 0: nothing pushes the policy
+# further. Value clipping is not in the paper but in OpenAI's
+# code: V's change is clipped alike around the rollout's V,
+# by the same e, which here anneals too [aux-1].
+#   V_clip = V_old + clip(V - V_old, -e, e)
+#   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
+# The entropy bonus H keeps the policy exploring.
 def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
              entropy, clip_coef, vf_coef, ent_coef, clip_vloss=True):
     logratio = newlogprob - oldlogprob
@@ -157,18 +187,25 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
         v_loss = 0.5 * v_losses.mean()
     entropy_loss = entropy.mean()
     loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
-    approx_kl = ((ratio - 1) - logratio).mean()  # [core-12]
+    # [core-12] Two numbers to watch (README): how far the
+    # policy moved (an estimate of the KL divergence), and
+    # the share of ratios outside the clip range.
+    approx_kl = ((ratio - 1) - logratio).mean()
     clipfrac = ((ratio - 1).abs() > clip_coef).float().mean()
     stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
                  approx_kl=approx_kl, clipfrac=clipfrac)
     return loss, {name: x.detach() for name, x in stats.items()}
 
 def minibatch_step(agent, optimizer, args, batch, clip_coef, mb_inds):
-    """A gradient step on rows mb_inds -> loss, stats."""
+    """One gradient step on the rows mb_inds of the batch
+    -> loss, stats. update() calls it, or replays it."""
     mb = {k: x[mb_inds] for k, x in batch.items()}
     *_, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
     advantages = mb["advantages"]
-    if args.norm_adv:  # [core-7]
+    if args.norm_adv:
+        # [core-7] Advantages get mean 0 and std 1 in each
+        # minibatch, as in OpenAI's code: every gradient step
+        # has one scale, whatever the rewards' is.
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     loss, stats = ppo_loss(
         newlogprob=newlogprob, oldlogprob=mb["logprobs"], advantages=advantages,
@@ -177,53 +214,60 @@ def minibatch_step(agent, optimizer, args, batch, clip_coef, mb_inds):
         ent_coef=args.ent_coef, clip_vloss=args.clip_vloss)
     optimizer.zero_grad()
     loss.backward()
-    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # [core-11]
+    # [core-11] The whole gradient is scaled down when its
+    # norm is over max_grad_norm: no step is wild.
+    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
     optimizer.step()
     return loss.detach(), stats
 
 def update(agent, optimizer, args, batch, clip_coef, graph):
-    """Epochs of shuffled minibatches [core-6]: mean stats.
-    graph: the step is recorded, then replayed."""
+    """Epochs of minibatch steps on a rollout -> mean stats.
+    [core-6] Each epoch takes the rollout in a new random
+    order, one gradient step per minibatch. With graph, on a
+    GPU, the step is recorded once and replayed (cuda_graph
+    below): the same numbers, without Python's overhead."""
     batch = {k: x.flatten(0, 1) for k, x in batch.items()}
     device = batch["obs"].device
     size = len(batch["obs"]) // args.num_minibatches
     step = partial(minibatch_step, agent, optimizer, args, batch, clip_coef)
-    if graph:  # anew: lr and clip range change
+    # Recorded anew each update: a recording keeps the learning
+    # rate and the clip range it read, and both change.
+    if graph:
         step = cuda_graph(step, torch.zeros(size, dtype=int, device=device))
     stats = []
     for epoch in range(args.update_epochs):
         shuffled = torch.randperm(len(batch["obs"]), device=device)
         for mb_inds in shuffled.split(size):
             loss, mb_stats = step(mb_inds)
-            # Copied: a replay reuses its outputs.
+            # Copied now: the next replay overwrites its outputs.
             stats.append(torch.stack([loss, *mb_stats.values()]))
+        # [aux-3] With --target-kl, the epochs stop once the
+        # policy has moved that far from the rollout's.
         if args.target_kl is not None and mb_stats["approx_kl"] > args.target_kl:
-            break  # [aux-3]
+            break
     return dict(zip(["loss", *mb_stats], torch.stack(stats).mean(0).tolist()))
 
 def train(args):
     # ---- 1. setup
     batch_size = args.num_envs * args.num_steps
     num_iterations = math.ceil(args.total_timesteps / batch_size)
-    device = pick_device(args.device)
+    device = pick_device(args.device, args.torch_deterministic)
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.num_envs)
     graphs = args.cuda_graphs and device.type == "cuda"
-    # TF32 (cuDNN's default): first ratios 1 only to 1e-4.
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.backends.cudnn.allow_tf32 = not args.torch_deterministic
     agent = Agent(envs, args).to(device, memory_format=torch.channels_last)
-    # [core-3]; capturable: for graphs.
+    # [core-3] Adam's eps is 1e-5, as in OpenAI's code; a
+    # capturable Adam can be recorded in a CUDA graph.
     optimizer = torch.optim.Adam(
         agent.parameters(), lr=args.learning_rate, eps=1e-5, capturable=graphs)
     ckpt = load_checkpoint(args.resume) if args.resume else {}
     if ckpt:
         agent.load_state_dict(ckpt["model"])
-        ckpt["optimizer"]["param_groups"][0]["capturable"] = graphs
+        ckpt["optimizer"]["param_groups"][0]["capturable"] = graphs  # this run's
         optimizer.load_state_dict(ckpt["optimizer"])
     iteration = ckpt.get("iteration", 0)  # updates done
     global_step = iteration * batch_size
-    eager = iteration  # not recorded: makes Adam's state
+    eager = iteration  # this update runs unrecorded (below)
     # The rollout, (num_steps, num_envs, ...) each.
     shape = (args.num_steps, args.num_envs)
     on_device = partial(torch.as_tensor, device=device)
@@ -234,18 +278,22 @@ def train(args):
     bootstraps = torch.zeros(shape, device=device)  # gamma V(final)
     rewards = np.zeros(shape, np.float32)
     dones = np.zeros(shape, np.float32)
-    next_obs, info = envs.reset(seed=args.seed + iteration * args.num_envs)  # resume: new
+    next_obs, info = envs.reset(seed=args.seed + iteration * args.num_envs)  # resume: new seeds
     next_done = np.zeros(args.num_envs, bool)
     frames = info["episode_frame_number"].copy()
     policy = torch.no_grad()(agent.get_action_and_value)
 
     with Run(args, num_iterations * batch_size, ckpt) as run:
         while iteration < num_iterations and not run.stop:
-            # [core-4, aux-1] Of the iteration: a resume goes on.
+            # [core-4, aux-1] The learning rate and the clip range
+            # fall linearly to 0, functions of the iteration, so
+            # a resumed run goes on where it stopped.
             frac = 1.0 - iteration / num_iterations
             lr = args.learning_rate * (frac if args.anneal_lr else 1.0)
             optimizer.param_groups[0]["lr"] = lr
             clip_coef = args.clip_coef * (frac if args.anneal_clip else 1.0)
+            # The first update runs eagerly: it warms up cuDNN and
+            # creates Adam's state, which a recording must not do.
             if graphs and iteration == eager + 1:  # recorded once
                 policy = cuda_graph(policy, obs[0].clone())
             # ---- 2. rollout
@@ -259,12 +307,14 @@ def train(args):
                 next_done = term | trunc
                 global_step += args.num_envs
                 rewards[step] = np.sign(reward)  # [atari-6]
-                # A lost life is a done [atari-3]; a game is over
-                # where its frame count goes back.
+                # A lost life is a done; a game is over where its
+                # frame count goes back to 0.
                 game_over = next_done & (info["episode_frame_number"] < frames)
                 frames = info["episode_frame_number"].copy()
                 run.episodes(global_step, reward, game_over)
-                # A time limit is no death: V(final) joins r.
+                # A game cut by the frame cap is not lost: it would
+                # have gone on, so the value of its final state
+                # joins the reward of the step that cut it.
                 cut = trunc & ~term
                 if cut.any():
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
@@ -288,6 +338,7 @@ def train(args):
     envs.close()
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
+# Flags --eval may set; the others are the checkpoint's.
 PLAY = {"eval_episodes", "deterministic", "gif", "seed"}
 POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm", "target_kl"]
 
@@ -295,11 +346,11 @@ def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
     the checkpoint, all checked before anything is made."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
-    helps = dict(re.findall(r"\n    (\w+): \w+ = .+?  # (.+)", open(__file__).read()))
+    helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
     for f in fields(Args):
         kind = dict(action=argparse.BooleanOptionalAction) if f.type is bool else dict(type=f.type)
         parser.add_argument("--" + f.name.replace("_", "-"), **kind, default=argparse.SUPPRESS,
-                            help=f"{helps[f.name]} ({f.default})")
+                            help=f"{helps.get(f.name, '')} ({f.default})")
     given = vars(parser.parse_args(argv))
     args = Args(**given)
     rules = []  # (flag, what it must be, whether it is)
@@ -340,7 +391,11 @@ def rom_id(env_id):
     name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()  # MsPacman: ms_pacman
     return name if name in get_all_rom_ids() else None
 
-def pick_device(name):
+def pick_device(name, deterministic):
+    # TF32 convolutions would make an update's first ratios 1
+    # only to 1e-4, and cuDNN's fastest kernels vary run to run.
+    torch.backends.cudnn.deterministic = deterministic
+    torch.backends.cudnn.allow_tf32 = not deterministic
     # The CNN runs faster on any GPU.
     auto = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(auto if name == "auto" else name)
@@ -393,7 +448,7 @@ class Run:
         self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
         self.score = np.zeros(args.num_envs)
         self.length = np.zeros(args.num_envs, int)
-        self.recent = []  # the last 100 returns
+        self.recent = []  # the last 20 returns
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
         for s in [signal.SIGINT, signal.SIGTERM]:
@@ -410,7 +465,7 @@ class Run:
         for i in np.flatnonzero(ended):
             row = {"global_step": global_step, "wall_time": round(time.time() - self.start, 1)}
             self.write("episodes.csv", {**row, "return": self.score[i], "length": self.length[i]})
-            self.recent = self.recent[-99:] + [self.score[i]]
+            self.recent = self.recent[-19:] + [self.score[i]]
         self.score[ended] = 0
         self.length[ended] = 0
 
@@ -420,7 +475,7 @@ class Run:
         self.last = time.time()
         self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
         self.bar.update(global_step - self.bar.n)
-        self.bar.set_postfix(score=np.mean(self.recent or [math.nan]))
+        self.bar.set_postfix(score=f"{np.mean(self.recent or [math.nan]):.1f}")
         self.state = state or self.state
         if time.time() - self.saved >= self.args.save_interval:
             self.save()
@@ -463,13 +518,13 @@ class Run:
         if error is None and self.stop:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
-        if error is None:
-            score = np.mean(self.recent[-20:] or [math.nan])
-            print(f"{self.dir}: return {score:.1f}; evaluate: python {SCRIPT}.py --eval {self.dir}")
+        if error is None:  # score: the mean of the last 20 returns
+            score = np.mean(self.recent or [math.nan])
+            print(f"{self.dir}: score {score:.1f}; evaluate: python {SCRIPT}.py --eval {self.dir}")
 
 def evaluate(args):
     """--eval: one game per env."""
-    device = pick_device(args.device)
+    device = pick_device(args.device, args.torch_deterministic)
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.eval_episodes, life_loss_info=False)  # whole games
     agent = Agent(envs, args).to(device, memory_format=torch.channels_last)

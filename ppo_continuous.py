@@ -1,12 +1,15 @@
 """PPO for continuous actions: a Gaussian policy, or a
-tanh-squashed one, on MuJoCo's HalfCheetah.
+tanh-squashed one, on MuJoCo's HalfCheetah by default.
 
     python ppo_continuous.py  # HalfCheetah, 1M steps
+    python ppo_continuous.py --env-id Hopper-v5 --squash
     python ppo_continuous.py --eval runs/<run> --gif run.gif
 
-Tags: "The 37 Implementation Details of PPO" (Huang et
-al., 2022). CleanRL's settings, but log std -0.5 at
-first. Expect 3,400 to 5,500 after 1M steps (README.md).
+CleanRL's settings, but the policy's log std starts at -0.5
+instead of 0. Expect 3,400 to 5,500 on HalfCheetah after 1M
+steps (README.md). Tags such as [core-7] number the details
+of "The 37 Implementation Details of PPO" (Huang et al.,
+2022), listed in the README.
 """
 import argparse
 import json
@@ -32,34 +35,34 @@ SCRIPT = "ppo_continuous"  # in every checkpoint
 FORMAT = 2  # the checkpoint's layout
 
 @dataclass
-class Args:  # --help: the comment after each
-    env_id: str = "HalfCheetah-v5"  # a gymnasium env
-    total_timesteps: int = 1_000_000  # steps of the run
-    num_envs: int = 1  # [core-1] envs in parallel
-    num_steps: int = 2048  # steps per env per rollout
-    learning_rate: float = 3e-4  # Adam's, at first
-    num_minibatches: int = 32  # [core-6] per epoch
-    update_epochs: int = 10  # passes over each rollout
-    clip_coef: float = 0.2  # [core-8, core-9] ratio clip
-    ent_coef: float = 0.0  # [core-10] entropy bonus
-    squash: bool = False  # tanh-squash, not clip
-    anneal_lr: bool = True  # [core-4] linearly to 0
-    gamma: float = 0.99  # discount
-    gae_lambda: float = 0.95  # [core-5] GAE's lambda
-    norm_adv: bool = True  # [core-7] advantages
-    clip_vloss: bool = True  # [core-9] value clip
-    vf_coef: float = 0.5  # [core-10] value loss
-    max_grad_norm: float = 0.5  # [core-11] grad clip
-    target_kl: float = None  # [aux-3] stop past this KL
-    seed: int = 1  # of torch and the envs
-    device: str = "auto"  # auto (the CPU), cpu, cuda
-    run_dir: str = ""  # default: runs/<env>__...
-    save_interval: float = 300.0  # seconds per checkpoint
-    resume: str = ""  # continue the run in this folder
-    eval: str = ""  # play this run's policy
-    eval_episodes: int = 10  # played by --eval
-    deterministic: bool = False  # --eval: the mean action
-    gif: str = ""  # --eval: a GIF of episode 0
+class Args:  # --help: the comment after each field
+    env_id: str = "HalfCheetah-v5"  # A task with Box actions, or module:id.
+    total_timesteps: int = 1_000_000  # Environment steps of the run.
+    num_envs: int = 1  # Envs stepped side by side.
+    num_steps: int = 2048  # Steps per env in each rollout.
+    learning_rate: float = 3e-4  # Adam's learning rate at the start.
+    num_minibatches: int = 32  # Minibatches per epoch.
+    update_epochs: int = 10  # Passes over each rollout.
+    clip_coef: float = 0.2  # How far the ratio may move from 1.
+    ent_coef: float = 0.0  # Weight of the entropy bonus.
+    squash: bool = False  # Squash the Gaussian into the bounds with tanh.
+    anneal_lr: bool = True  # Anneal the learning rate linearly to 0.
+    gamma: float = 0.99  # Discount factor.
+    gae_lambda: float = 0.95  # GAE's lambda.
+    norm_adv: bool = True  # Normalize advantages in each minibatch.
+    clip_vloss: bool = True  # Clip the value loss too.
+    vf_coef: float = 0.5  # Weight of the value loss.
+    max_grad_norm: float = 0.5  # Largest norm of the gradient.
+    target_kl: float = None  # Stop the epochs past this KL.
+    seed: int = 1  # Seed of torch and the envs.
+    device: str = "auto"  # auto (the CPU), cpu or cuda.
+    run_dir: str = ""  # The run's folder (default: runs/...).
+    save_interval: float = 300.0  # Seconds between checkpoints.
+    resume: str = ""  # Continue the run in this folder.
+    eval: str = ""  # Play the policy of the run in this folder.
+    eval_episodes: int = 10  # Episodes --eval plays.
+    deterministic: bool = False  # Play the mean action.
+    gif: str = ""  # With --eval: write the first episode to this GIF.
 
 def make_envs(args, num_envs):
     """Envs that reset in the step that ends an episode,
@@ -72,23 +75,30 @@ def make_envs(args, num_envs):
         os.environ.setdefault("MUJOCO_GL", "egl")
         mujoco.set_mju_user_warning(lambda text: None)  # quiet
     make = partial(gym.make, args.env_id, **settings)
+    # [core-1] Several envs can step side by side: more data
+    # per network call, less correlated samples.
     return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode="SameStep")
 
-def layer_init(layer, std=2 ** 0.5):  # [core-2]
+def layer_init(layer, std=2 ** 0.5):
+    # [core-2] Orthogonal weights keep the signal's scale
+    # through the layers at first; biases start at 0.
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.zeros_(layer.bias)
     return layer
 
 class RunningNorm(nn.Module):
-    """Mean and variance of all batches; saved with weights."""
+    """The running mean and variance of all batches given to
+    update(), kept in the state dict with the weights."""
 
     def __init__(self, shape=()):
         super().__init__()
         self.mean = nn.Buffer(torch.zeros(shape).double())
         self.var = nn.Buffer(torch.ones(shape).double())
-        self.count = nn.Buffer(torch.tensor(1e-4, dtype=torch.float64))
+        self.count = nn.Buffer(torch.tensor(1e-4, dtype=torch.float64))  # not 0: no 0/0
 
     def update(self, x):  # x: (batch, *shape)
+        # A batch's mean and variance merged into the totals,
+        # with no old data kept (Chan et al.'s parallel form).
         x = torch.as_tensor(x).to(self.mean)  # float64
         total = self.count + len(x)
         delta = x.mean(0) - self.mean
@@ -98,7 +108,10 @@ class RunningNorm(nn.Module):
         self.var.copy_(squares / total)
         self.count.copy_(total)
 
-    def forward(self, x):  # [cont-6, cont-7]
+    def forward(self, x):
+        # [cont-6, cont-7] Observations shifted and scaled to
+        # mean 0 and std 1, so that every input has one scale
+        # whatever its units, then clipped to [-10, 10].
         return ((x - self.mean) / (self.var + 1e-8).sqrt()).clamp(-10, 10).float()
 
 def mlp(in_size, out_size, out_std):  # 64x64 tanh
@@ -107,19 +120,23 @@ def mlp(in_size, out_size, out_std):  # 64x64 tanh
                          layer_init(nn.Linear(64, out_size), std=out_std))
 
 class Agent(nn.Module):
-    """Separate actor and critic [cont-4, core-13]; they see
-    observations normalized by the agent."""
+    """An actor and a critic that share no layers [cont-4,
+    core-13], so the value loss cannot pull on the policy's
+    features. Both see observations normalized by the agent."""
 
     def __init__(self, envs, args):
         super().__init__()
         obs_dim = envs.single_observation_space.shape[0]
         space = envs.single_action_space
-        self.obs_norm = RunningNorm(obs_dim)  # [cont-6]
+        self.obs_norm = RunningNorm(obs_dim)
         self.return_norm = RunningNorm()  # [cont-8]
         self.critic = mlp(obs_dim, 1, out_std=1.0)
+        # Small last weights: the first means are near 0.
         self.actor_mean = mlp(obs_dim, space.shape[0], out_std=0.01)
-        # [cont-2] A log std per action, -0.5 at first: from
-        # 0, 2 of 3 HalfCheetahs stuck on their backs.
+        # [cont-2] A log std per action dimension, learned but
+        # the same in every state. It starts at -0.5 (std
+        # 0.61): from 0, two HalfCheetahs of three learned to
+        # run on their backs and stayed there.
         self.actor_logstd = nn.Parameter(torch.full(space.shape, -0.5))
         self.squash = args.squash
         self.low = nn.Buffer(torch.tensor(space.low))
@@ -130,37 +147,49 @@ class Agent(nn.Module):
         return self.critic(self.obs_norm(x)).squeeze(-1)
 
     def get_action_and_value(self, x, u=None, greedy=False):
-        """x: (B, obs_dim); u: (B, action_dim), a sample to score
-        or None. -> action, u, log pi(u|x), entropy, V."""
+        """x: (B, obs_dim); u: (B, action_size), a sample to
+        score, or None to draw one.
+        -> action, u, log pi(u|x), entropy, V(x)."""
         x = self.obs_norm(x)
         mean = self.actor_mean(x)
         logstd = self.actor_logstd.expand_as(mean)
         std = logstd.exp()
         if u is None:
             u = mean if greedy else mean + std * torch.randn_like(mean)
-        # [cont-1, cont-3] Normals, by hand: it is faster.
+        # [cont-1, cont-3] A Normal per action dimension, each
+        # independent of the others given the state, so the
+        # log-probability and the entropy are sums over them.
+        # Written out, which is faster than torch.distributions.
         logprob = -0.5 * ((u - mean) / std) ** 2 - logstd - 0.5 * math.log(2 * math.pi)
         entropy = 0.5 + 0.5 * math.log(2 * math.pi) + logstd
         value = self.critic(x).squeeze(-1)
-        if not self.squash:  # [cont-5] u is stored
+        if not self.squash:
+            # [cont-5] The env gets the sample clipped to the
+            # bounds; the rollout keeps u itself, whose
+            # log-probability the update computes again.
             action = u.clamp(self.low, self.high)
             return action, u, logprob.sum(1), entropy.sum(1), value
         # Squashed: a = low + scale * (tanh(u) + 1), so that
         # log p(a) = log N(u) - log J, where J = |da/du| and
         #   log J = log scale + log(1 - tanh(u)^2)
-        #         = log scale + 2 (log 2 - u - softplus(-2u)),
-        # finite where tanh(u) rounds to 1 (atanh(a) is not:
-        # u is stored). H(Normal) + log J estimates entropy.
+        #         = log scale + 2 (log 2 - u - softplus(-2u)).
+        # The last form stays finite where tanh(u) rounds to 1;
+        # u is stored for the same reason (atanh(a) would be
+        # infinite there). H(Normal) + log J estimates entropy.
         scale = (self.high - self.low) / 2
         log_jacobian = scale.log() + 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
         action = (self.low + scale * (torch.tanh(u) + 1)).clamp(self.low, self.high)
         return action, u, (logprob - log_jacobian).sum(1), (entropy + log_jacobian).sum(1), value
 
-# Generalized advantage estimation [core-5]:
+# [core-5] Generalized advantage estimation: an average of
+# the k-step advantage estimates, weighted by lambda^k. At
+# lambda 0 it trusts V after one step (biased, steady), at 1
+# the rewards alone (unbiased, noisy): bias against variance.
 #   delta_t = r_t + gamma V(s_t+1) (1 - d_t+1) - V(s_t)
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
-# d_t = dones[t] = 1: observation t starts an episode.
+# The trap: d_t = dones[t] = 1 says that observation t starts
+# a new episode, so step t-1 ended one and V(s_t) is not its.
 # V(s_T) = next_value, d_T = next_done, A_T = 0.
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     next_values = torch.cat([values[1:], next_value[None]])
@@ -173,12 +202,19 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
         advantages[t] = last
     return advantages, advantages + values
 
-# The clipped objective as a loss [core-8..10], with
-# r_t = pi(a_t|s_t) / pi_old(a_t|s_t), e = clip_coef:
+# [core-8, core-9, core-10] The clipped objective as a loss.
+# With r_t = pi(a_t|s_t) / pi_old(a_t|s_t), e = clip_coef,
+# the paper maximizes mean(min(r_t A, clip(r_t, 1-e, 1+e) A)),
+# a pessimistic bound; as min(a, b) = -max(-a, -b), the loss:
 #   L_clip = mean(max(-A r_t, -A clip(r_t, 1-e, 1+e)))
-#   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2,
-#   V_clip = V_old + clip(V - V_old, -e, e) [core-9]
+# Past 1-e or 1+e in the direction A favours, the clipped
+# term wins and its gradient is 0: nothing pushes the policy
+# further. Value clipping is not in the paper but in OpenAI's
+# code: V's change is clipped alike around the rollout's V.
+#   V_clip = V_old + clip(V - V_old, -e, e)
+#   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
+# The entropy bonus H keeps the policy exploring.
 def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
              entropy, clip_coef, vf_coef, ent_coef, clip_vloss=True):
     logratio = newlogprob - oldlogprob
@@ -192,23 +228,31 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
         v_loss = 0.5 * v_losses.mean()
     entropy_loss = entropy.mean()
     loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
-    approx_kl = ((ratio - 1) - logratio).mean()  # [core-12]
+    # [core-12] Two numbers to watch (README): how far the
+    # policy moved (an estimate of the KL divergence), and
+    # the share of ratios outside the clip range.
+    approx_kl = ((ratio - 1) - logratio).mean()
     clipfrac = ((ratio - 1).abs() > clip_coef).float().mean()
     stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
                  approx_kl=approx_kl, clipfrac=clipfrac)
     return loss, {name: x.detach() for name, x in stats.items()}
 
 def update(agent, optimizer, args, batch):
-    """Epochs of shuffled minibatches [core-6]: mean stats."""
+    """Epochs of minibatch steps on a rollout -> mean stats."""
     batch = {k: x.flatten(0, 1) for k, x in batch.items()}
     stats = []
     for epoch in range(args.update_epochs):
+        # [core-6] Each epoch takes the rollout in a new random
+        # order, one gradient step per minibatch.
         shuffled = torch.randperm(len(batch["obs"]), device=batch["obs"].device)
         for mb_inds in shuffled.split(len(shuffled) // args.num_minibatches):
             mb = {k: x[mb_inds] for k, x in batch.items()}
             *_, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
             advantages = mb["advantages"]
-            if args.norm_adv:  # [core-7]
+            if args.norm_adv:
+                # [core-7] Advantages get mean 0 and std 1 in each
+                # minibatch, as in OpenAI's code: every gradient
+                # step has one scale, whatever the rewards' is.
                 advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
             loss, mb_stats = ppo_loss(
                 newlogprob=newlogprob, oldlogprob=mb["logprobs"], advantages=advantages,
@@ -217,11 +261,15 @@ def update(agent, optimizer, args, batch):
                 ent_coef=args.ent_coef, clip_vloss=args.clip_vloss)
             optimizer.zero_grad()
             loss.backward()
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # [core-11]
+            # [core-11] The whole gradient is scaled down when its
+            # norm is over max_grad_norm: no step is wild.
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
             stats.append(dict(loss=loss.detach(), **mb_stats))
+        # [aux-3] With --target-kl, the epochs stop once the
+        # policy has moved that far from the rollout's.
         if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:
-            break  # [aux-3]
+            break
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
 def train(args):
@@ -232,7 +280,8 @@ def train(args):
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.num_envs)
     agent = Agent(envs, args).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)  # [core-3]
+    # [core-3] Adam's eps is 1e-5, as in OpenAI's code.
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     ckpt = load_checkpoint(args.resume) if args.resume else {}
     if ckpt:
         agent.load_state_dict(ckpt["model"])
@@ -249,14 +298,17 @@ def train(args):
     bootstraps = torch.zeros(shape, device=device)  # gamma V(final)
     rewards = np.zeros(shape, np.float32)
     dones = np.zeros(shape, np.float32)
-    discounted = np.zeros(shape, np.float32)  # [cont-8]
+    discounted = np.zeros(shape, np.float32)  # returns so far
     discounted_return = np.zeros(args.num_envs)
-    next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)  # resume: new
+    # A resume starts new episodes, with new seeds.
+    next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)
     next_done = np.zeros(args.num_envs, bool)
 
     with Run(args, num_iterations * batch_size, ckpt) as run:
         while iteration < num_iterations and not run.stop:
-            # [core-4] A function of the iteration: a resume goes on.
+            # [core-4] The learning rate falls linearly to 0 over
+            # the run. It is a function of the iteration alone, so
+            # a resumed run goes on where it stopped.
             lr = args.learning_rate * (1.0 - iteration / num_iterations if args.anneal_lr else 1.0)
             optimizer.param_groups[0]["lr"] = lr
             # ---- 2. rollout
@@ -275,13 +327,18 @@ def train(args):
                 discounted_return = discounted_return * args.gamma + reward
                 discounted[step] = discounted_return
                 discounted_return[next_done] = 0
-                # A time limit is no death: V(final) joins r.
+                # A time limit is not a death: the episode would
+                # have gone on, so the value of its final state
+                # joins the reward of the step that cut it.
                 cut = trunc & ~term
                 if cut.any():
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
                     bootstraps[step, cut] = args.gamma * agent.get_value(final_obs)
             # ---- 3. advantages
-            # [cont-8, 9] r / std(discounted return), clipped.
+            # [cont-8, cont-9] Rewards divided by the std of the
+            # discounted returns so far put the critic's targets
+            # near 1 in any task; clipped to [-10, 10]. Truncation
+            # bootstraps, in V's units already, are added after.
             agent.return_norm.update(discounted.reshape(-1))
             scale = (agent.return_norm.var.float() + 1e-8).sqrt()
             scaled = (on_device(rewards) / scale).clamp(-10, 10)
@@ -293,7 +350,8 @@ def train(args):
                            advantages=advantages, returns=returns, values=values))
             if not math.isfinite(means.pop("loss")):
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
-            # [cont-6] Moved after the update (it saw the old).
+            # The statistics take in the rollout only now, so that
+            # the update saw what the rollout saw.
             agent.obs_norm.update(obs.flatten(0, 1))
             iteration += 1
             # ---- 5. logging
@@ -304,18 +362,19 @@ def train(args):
     envs.close()
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
+# Flags --eval may set; the others are the checkpoint's.
 PLAY = {"eval_episodes", "deterministic", "gif", "seed"}
 POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm", "target_kl"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
-    the checkpoint, all checked before anything is made."""
+    from the checkpoint, all checked before anything is made."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
-    helps = dict(re.findall(r"\n    (\w+): \w+ = .+?  # (.+)", open(__file__).read()))
+    helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
     for f in fields(Args):
         kind = dict(action=argparse.BooleanOptionalAction) if f.type is bool else dict(type=f.type)
         parser.add_argument("--" + f.name.replace("_", "-"), **kind, default=argparse.SUPPRESS,
-                            help=f"{helps[f.name]} ({f.default})")
+                            help=f"{helps.get(f.name, '')} ({f.default})")
     given = vars(parser.parse_args(argv))
     args = Args(**given)
     rules = []  # (flag, what it must be, whether it is)
@@ -356,7 +415,8 @@ def box_spaces(args):
                for s in [envs.single_observation_space, envs.single_action_space])
 
 def pick_device(name):
-    # One thread: small MLPs run faster so (README.md).
+    # One torch thread: these small networks run faster so,
+    # and runs side by side do not fight (README.md).
     torch.set_num_threads(1)
     return torch.device("cpu" if name == "auto" else name)
 
@@ -372,19 +432,19 @@ def load_checkpoint(path):
     return ckpt
 
 class Run:
-    """The run's bookkeeping: folder, CSV logs, progress bar,
-    checkpoints. Ctrl-C or SIGTERM stop it after the update;
-    leaving the `with` block saves everything."""
+    """The run's bookkeeping: its folder, CSV logs, progress
+    bar and checkpoints. Ctrl-C or SIGTERM asks it to stop
+    after the update; leaving the `with` block saves."""
 
     def __init__(self, args, total_steps, ckpt):
         self.args = args
         self.dir = args.run_dir
+        os.makedirs(self.dir, exist_ok=True)
         self.start = time.time() - ckpt.get("wall_time", 0)
         self.last = self.saved = time.time()
-        os.makedirs(self.dir, exist_ok=True)
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
         self.logs = {}
-        # A resume drops the rows after its checkpoint.
+        # A resume drops the rows written after its checkpoint.
         for name in ["episodes.csv", "updates.csv"]:
             rows = open(f"{self.dir}/{name}").read().split() if ckpt else []
             kept = rows[:1] + [r for r in rows[1:] if int(r.split(",")[0]) <= ckpt["global_step"]]
@@ -393,7 +453,7 @@ class Run:
         self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
         self.score = np.zeros(args.num_envs)
         self.length = np.zeros(args.num_envs, int)
-        self.recent = []  # the last 100 returns
+        self.recent = []  # the last 20 returns
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
         for s in [signal.SIGINT, signal.SIGTERM]:
@@ -410,7 +470,7 @@ class Run:
         for i in np.flatnonzero(ended):
             row = {"global_step": global_step, "wall_time": round(time.time() - self.start, 1)}
             self.write("episodes.csv", {**row, "return": self.score[i], "length": self.length[i]})
-            self.recent = self.recent[-99:] + [self.score[i]]
+            self.recent = self.recent[-19:] + [self.score[i]]
         self.score[ended] = 0
         self.length[ended] = 0
 
@@ -420,7 +480,7 @@ class Run:
         self.last = time.time()
         self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
         self.bar.update(global_step - self.bar.n)
-        self.bar.set_postfix(score=np.mean(self.recent or [math.nan]))
+        self.bar.set_postfix(score=f"{np.mean(self.recent or [math.nan]):.1f}")
         self.state = state or self.state
         if time.time() - self.saved >= self.args.save_interval:
             self.save()
@@ -463,10 +523,11 @@ class Run:
         if error is None and self.stop:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
-        if error is None:
-            score = np.mean(self.recent[-20:] or [math.nan])
-            print(f"{self.dir}: return {score:.1f}; evaluate: python {SCRIPT}.py --eval {self.dir}")
+        if error is None:  # score: the mean of the last 20 returns
+            score = np.mean(self.recent or [math.nan])
+            print(f"{self.dir}: score {score:.1f}; evaluate: python {SCRIPT}.py --eval {self.dir}")
 
+@torch.no_grad()
 def evaluate(args):
     """--eval: one episode per env."""
     device = pick_device(args.device)
@@ -480,9 +541,8 @@ def evaluate(args):
     frames = []  # episode 0's
     while not over.all():  # each has a time limit
         frames += [envs.envs[0].render()] if args.gif and not over[0] else []
-        with torch.no_grad():
-            x = torch.as_tensor(obs, device=device)
-            action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
+        x = torch.as_tensor(obs, device=device)
+        action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
         obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
         scores += reward * ~over
         over |= term | trunc

@@ -1,13 +1,27 @@
-"""PPO with evolved hyperparameters: a population
-trains, is scored, and the fittest are copied.
+"""PPO with evolving hyperparameters: population-based
+training (Jaderberg et al., 2017) of PPO agents.
 
-    python ppo_evolve.py  # CartPole, 6 members
+    python ppo_evolve.py  # CartPole, 6 members, 2 minutes
     python ppo_evolve.py --no-evolve  # the control
     python ppo_evolve.py --eval runs/<run> --gif best.gif
 
-Tags: "The 37 Implementation Details of PPO" (Huang et
-al., 2022). No annealing (core-4) or KL stop (aux-3):
-the rate and clip range evolve. Discrete actions only.
+Each generation, every member trains with its own learning
+rate, entropy bonus, clip range and GAE lambda, then plays
+a few episodes; the mean of their returns is the member's
+fitness. Then the fittest members are copied (exploit) and
+the copies' hyperparameters changed a little (explore), so
+that the hyperparameters follow a schedule found while
+training. The fittest member keeps its place and trains on;
+the other places go to copies of tournament winners, their
+weights and Adam's state included, each with one
+hyperparameter mutated. It trains on any gymnasium task
+with a flat Box observation and Discrete, MultiDiscrete or
+MultiBinary actions.
+
+Tags such as [core-7] number the details of "The 37
+Implementation Details of PPO" (Huang et al., 2022), listed
+in the README. Left out: annealing (core-4) and the KL stop
+(aux-3), since evolution sets the rate and the clip range.
 """
 import argparse
 import copy
@@ -27,42 +41,47 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
+from gymnasium.spaces import Box, Discrete, MultiBinary, MultiDiscrete
+from torch.distributions import Bernoulli, Categorical, Independent
 from tqdm import tqdm
 
+# No argument checks in the distributions: diverging weights
+# end in the non-finite loss message, not a traceback.
+torch.distributions.Distribution.set_default_validate_args(False)
 SCRIPT = "ppo_evolve"  # in every checkpoint
 FORMAT = 4  # the checkpoint's layout
-HPARAMS = dict(learning_rate=(1e-5, 1e-2), ent_coef=(1e-4, 0.1),  # evolved
+# The evolved hyperparameters and their ranges; the first
+# members draw them log-uniformly, some far from good values.
+HPARAMS = dict(learning_rate=(1e-5, 1e-2), ent_coef=(1e-4, 0.1),
                clip_coef=(0.05, 0.5), gae_lambda=(0.8, 1.0))
-MUTATIONS = dict(none=0.25, hparam=0.5, weights=0.25)  # odds
-ENVS = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0"]
 
 @dataclass
-class Args:  # --help: the comment after each
-    env_id: str = "CartPole-v1"  # or Acrobot-v1, MountainCar-v0
-    total_timesteps: int = 600_000  # all members' steps
-    num_envs: int = 8  # [core-1] envs in parallel
-    num_steps: int = 128  # steps per env per rollout
-    pop_size: int = 6  # members of the population
-    evo_steps: int = 10_240  # a member's steps per generation
-    tournament_size: int = 2  # drawn; the fittest is copied
-    evolve: bool = True  # --no-evolve: random search
-    target: float = 475.0  # best fitness to stop at
-    num_minibatches: int = 4  # [core-6] per epoch
-    update_epochs: int = 4  # passes over each rollout
-    gamma: float = 0.99  # discount
-    norm_adv: bool = True  # [core-7] advantages
-    clip_vloss: bool = True  # [core-9] value clip
-    vf_coef: float = 0.5  # [core-10] value loss
-    max_grad_norm: float = 0.5  # [core-11] grad clip
-    seed: int = 1  # of torch, envs, evolution
-    device: str = "auto"  # auto (the CPU), cpu, cuda
-    run_dir: str = ""  # default: runs/<env>__...
-    save_interval: float = 300.0  # seconds per checkpoint
-    resume: str = ""  # continue the run in this folder
-    eval: str = ""  # play this run's fittest member
-    eval_episodes: int = 10  # of fitness and --eval
-    deterministic: bool = False  # play the likeliest action
-    gif: str = ""  # --eval: a GIF of episode 0
+class Args:  # --help: the comment after each field
+    env_id: str = "CartPole-v1"  # A gymnasium task, or module:id.
+    total_timesteps: int = 600_000  # Steps of all members together.
+    num_envs: int = 8  # Envs each member steps side by side.
+    num_steps: int = 128  # Steps per env in each rollout.
+    pop_size: int = 6  # Members of the population.
+    evo_steps: int = 10_240  # A member's steps per generation.
+    tournament_size: int = 2  # Members per tournament.
+    evolve: bool = True  # Off, the control: no copies.
+    target: float = None  # Fitness to stop at (default: the task's).
+    num_minibatches: int = 4  # Minibatches per epoch.
+    update_epochs: int = 4  # Passes over each rollout.
+    gamma: float = 0.99  # Discount factor.
+    norm_adv: bool = True  # Normalize advantages in each minibatch.
+    clip_vloss: bool = True  # Clip the value loss too.
+    vf_coef: float = 0.5  # Weight of the value loss.
+    max_grad_norm: float = 0.5  # Largest norm of the gradient.
+    seed: int = 1  # Seed of members, envs, evolution.
+    device: str = "auto"  # auto (the CPU), cpu or cuda.
+    run_dir: str = ""  # The run's folder (default: runs/...).
+    save_interval: float = 300.0  # Seconds between checkpoints.
+    resume: str = ""  # Continue the run in this folder.
+    eval: str = ""  # Play the fittest member of this run.
+    eval_episodes: int = 10  # Episodes of a fitness, and of --eval.
+    deterministic: bool = False  # Play the likeliest action.
+    gif: str = ""  # With --eval: write the first episode to this GIF.
 
 def make_envs(args, num_envs):
     """Envs that reset in the step that ends an episode,
@@ -70,9 +89,13 @@ def make_envs(args, num_envs):
     # Frames for --gif, drawn without a display.
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     make = partial(gym.make, args.env_id, render_mode="rgb_array")
+    # [core-1] Several envs step side by side: more data per
+    # network call, and less correlated samples.
     return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode="SameStep")
 
-def layer_init(layer, std=2 ** 0.5):  # [core-2]
+def layer_init(layer, std=2 ** 0.5):
+    # [core-2] Orthogonal weights keep the signal's scale
+    # through the layers at first; biases start at 0.
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.zeros_(layer.bias)
     return layer
@@ -82,33 +105,60 @@ def mlp(in_size, out_size, out_std):  # 64x64 tanh
                          layer_init(nn.Linear(64, 64)), nn.Tanh(),
                          layer_init(nn.Linear(64, out_size), std=out_std))
 
+def action_distribution(space, output):
+    """The policy over `space`, from the actor's logits (B,
+    flatdim(space)). An action of several parts gets one
+    log-probability and one entropy: the sums over its parts."""
+    if isinstance(space, Discrete):
+        return Categorical(logits=output)
+    if isinstance(space, MultiBinary):
+        return Independent(Bernoulli(logits=output), 1)
+    # MultiDiscrete: a Categorical per dimension, the logits
+    # padded with -inf (probability 0) to one length.
+    sizes = space.nvec.tolist()
+    pad = [nn.functional.pad(x, (0, max(sizes) - x.shape[-1]), value=-math.inf)
+           for x in output.split(sizes, dim=-1)]
+    return Independent(Categorical(logits=torch.stack(pad, dim=-2)), 1)
+
+def to_env(space, action):
+    """An action as the env takes it: a numpy array."""
+    action = action.cpu().numpy() + getattr(space, "start", 0)  # Discrete(n, start)
+    return action.astype(space.dtype)
+
 class Agent(nn.Module):
-    """Separate actor and critic [core-13]."""
+    """An actor and a critic that share no layers [core-13],
+    so the value loss cannot pull on the policy's features."""
 
     def __init__(self, envs, args):
         super().__init__()
-        obs_dim = envs.single_observation_space.shape[0]
-        self.critic = mlp(obs_dim, 1, out_std=1.0)
-        self.actor = mlp(obs_dim, envs.single_action_space.n, out_std=0.01)
+        obs_size = envs.single_observation_space.shape[0]
+        self.space = envs.single_action_space
+        self.critic = mlp(obs_size, 1, out_std=1.0)
+        # Small last weights: all actions about as likely.
+        self.actor = mlp(obs_size, gym.spaces.flatdim(self.space), out_std=0.01)
 
     @torch.no_grad()  # for the rollout only
     def get_value(self, x):
         return self.critic(x).squeeze(-1)
 
     def get_action_and_value(self, x, action=None, greedy=False):
-        """x: (B, obs_dim); action: (B,), to score, or None.
-        -> action, log pi(action|x), entropy, V."""
-        logits = self.actor(x)
-        dist = torch.distributions.Categorical(logits=logits, validate_args=False)
-        if action is None:
-            action = logits.argmax(-1) if greedy else dist.sample()
-        return action, dist.log_prob(action), dist.entropy(), self.critic(x).squeeze(-1)
+        """x: (B, obs_size); action: (B, ...) to score, or None
+        to draw. -> action, log pi(action|x), entropy, V(x)."""
+        dist = action_distribution(self.space, self.actor(x))
+        if action is None:  # torch's Bernoulli mode: nan at p 0.5
+            action = dist.mode.nan_to_num(0) if greedy else dist.sample()
+        value = self.critic(x).squeeze(-1)
+        return action, dist.log_prob(action), dist.entropy(), value
 
-# Generalized advantage estimation [core-5]:
+# [core-5] Generalized advantage estimation: an average of
+# the k-step advantage estimates, weighted by lambda^k. At
+# lambda 0 it trusts V after one step (biased, steady), at 1
+# the rewards alone (unbiased, noisy): bias against variance.
 #   delta_t = r_t + gamma V(s_t+1) (1 - d_t+1) - V(s_t)
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
-# d_t = dones[t] = 1: observation t starts an episode.
+# The trap: d_t = dones[t] = 1 says that observation t starts
+# a new episode, so step t-1 ended one and V(s_t) is not its.
 # V(s_T) = next_value, d_T = next_done, A_T = 0.
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     next_values = torch.cat([values[1:], next_value[None]])
@@ -121,12 +171,19 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
         advantages[t] = last
     return advantages, advantages + values
 
-# The clipped objective as a loss [core-8..10], with
-# r_t = pi(a_t|s_t) / pi_old(a_t|s_t), e = clip_coef:
+# [core-8, core-9, core-10] The clipped objective as a loss.
+# With r_t = pi(a_t|s_t) / pi_old(a_t|s_t), e = clip_coef,
+# the paper maximizes mean(min(r_t A, clip(r_t, 1-e, 1+e) A)),
+# a pessimistic bound; as min(a, b) = -max(-a, -b), the loss:
 #   L_clip = mean(max(-A r_t, -A clip(r_t, 1-e, 1+e)))
-#   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2,
-#   V_clip = V_old + clip(V - V_old, -e, e) [core-9]
+# Past 1-e or 1+e in the direction A favours, the clipped
+# term wins and its gradient is 0: nothing pushes the policy
+# further. Value clipping is not in the paper but in OpenAI's
+# code: V's change is clipped alike around the rollout's V.
+#   V_clip = V_old + clip(V - V_old, -e, e)
+#   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
+# The entropy bonus H keeps the policy exploring.
 def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
              entropy, clip_coef, vf_coef, ent_coef, clip_vloss=True):
     logratio = newlogprob - oldlogprob
@@ -140,23 +197,31 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
         v_loss = 0.5 * v_losses.mean()
     entropy_loss = entropy.mean()
     loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
-    approx_kl = ((ratio - 1) - logratio).mean()  # [core-12]
+    # [core-12] Two numbers to watch (README): how far the
+    # policy moved (an estimate of the KL divergence), and
+    # the share of ratios outside the clip range.
+    approx_kl = ((ratio - 1) - logratio).mean()
     clipfrac = ((ratio - 1).abs() > clip_coef).float().mean()
     stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
                  approx_kl=approx_kl, clipfrac=clipfrac)
     return loss, {name: x.detach() for name, x in stats.items()}
 
 def update(agent, optimizer, args, batch):
-    """Epochs of shuffled minibatches [core-6]: mean stats."""
+    """Epochs of minibatch steps on a rollout -> mean stats."""
     batch = {k: x.flatten(0, 1) for k, x in batch.items()}
     stats = []
     for epoch in range(args.update_epochs):
+        # [core-6] Each epoch takes the rollout in a new random
+        # order, one gradient step per minibatch.
         shuffled = torch.randperm(len(batch["obs"]), device=batch["obs"].device)
         for mb_inds in shuffled.split(len(shuffled) // args.num_minibatches):
             mb = {k: x[mb_inds] for k, x in batch.items()}
             *_, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
             advantages = mb["advantages"]
-            if args.norm_adv:  # [core-7]
+            if args.norm_adv:
+                # [core-7] Advantages get mean 0 and std 1 in each
+                # minibatch, as in OpenAI's code: every gradient
+                # step has one scale, whatever the rewards' is.
                 advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
             loss, mb_stats = ppo_loss(
                 newlogprob=newlogprob, oldlogprob=mb["logprobs"], advantages=advantages,
@@ -165,107 +230,85 @@ def update(agent, optimizer, args, batch):
                 ent_coef=args.ent_coef, clip_vloss=args.clip_vloss)
             optimizer.zero_grad()
             loss.backward()
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # [core-11]
+            # [core-11] The whole gradient is scaled down when its
+            # norm is over max_grad_norm: no step is wild.
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
             stats.append(torch.stack([loss.detach(), *mb_stats.values()]))
     return dict(zip(["loss", *mb_stats], torch.stack(stats).mean(0).tolist()))
 
-def fittest(members):
-    return max(members, key=lambda m: m["fitness"])
-
+# A member is a dict of plain data, as the checkpoint holds
+# it: id (generation x pop_size + its place in the list),
+# parent's id, mutation, fitness (-inf until scored), its
+# hparams, and the state dicts of its agent ("model") and
+# of Adam ("adam"), both empty until it first trains.
 def build(member, envs, args, device):
-    """The member's agent and optimizer, from copies."""
+    """The member's agent and Adam, from copies of its state."""
     agent = Agent(envs, args).to(device)
-    agent.load_state_dict(member["model"])
-    optimizer = torch.optim.Adam(agent.parameters(), eps=1e-5)  # [core-3]
-    if member["adam"]:  # a copy: Adam steps in place
+    if member["model"]:  # else the new weights just drawn
+        agent.load_state_dict(member["model"])
+    # [core-3] Adam's eps is 1e-5, as in OpenAI's code.
+    optimizer = torch.optim.Adam(agent.parameters(), eps=1e-5)
+    # A copy inherits Adam's moment estimates, so it goes on
+    # where its parent was. They are deep-copied: Adam changes
+    # its state in place, and the parent must stay as it was.
+    if member["adam"]:
         optimizer.load_state_dict(copy.deepcopy(member["adam"]))
-    # After the load, which brings back the parent's rate.
+    # Loading Adam's state brings back the parent's learning
+    # rate: the member's own is set after the load.
     optimizer.param_groups[0]["lr"] = member["hparams"]["learning_rate"]
     return agent, optimizer
 
-@torch.no_grad()  # it only acts
-def play(agent, args, seed, device):
-    """One episode per env -> returns, lengths; --gif."""
-    envs = make_envs(args, args.eval_episodes)
-    obs, _ = envs.reset(seed=seed)
-    totals = np.zeros((2, envs.num_envs))  # returns, lengths
-    over = np.zeros(envs.num_envs, bool)
-    frames = []
-    while not over.all():  # each has a time limit
-        frames += [envs.envs[0].render()] if args.gif and not over[0] else []
-        x = torch.as_tensor(obs, device=device)
-        action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
-        obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
-        totals += [reward * ~over, ~over]
-        over |= term | trunc
-    envs.close()
-    if args.gif:  # half size, 25 per s
-        from PIL import Image
-        images = [Image.fromarray(frame).reduce(2) for frame in frames]
-        images[0].save(args.gif, save_all=True, append_images=images[1:],
-                       duration=40, loop=0)
-    return totals
-
-def next_generation(population, generation, args):
-    """The elite, then tournament winners mutated once."""
-    rng = np.random.default_rng([args.seed, generation])  # as on resume
-    members = [fittest(population)]  # the elite
-    for slot in range(1, args.pop_size):
-        child = copy.deepcopy(fittest(
-            rng.choice(population, args.tournament_size)))
-        mutation = str(rng.choice(list(MUTATIONS),
-                                  p=list(MUTATIONS.values())))
-        if mutation == "hparam":  # x0.8 or x1.2, in bounds
-            mutation = str(rng.choice(list(HPARAMS)))
-            value = child["hparams"][mutation] * rng.choice([0.8, 1.2])
-            child["hparams"][mutation] = float(np.clip(value, *HPARAMS[mutation]))
-        elif mutation == "weights":  # noise: 0.1 x std
-            g = torch.Generator().manual_seed(int(rng.integers(2**31)))
-            for w in child["model"].values():
-                if w.dim() == 2:
-                    w += torch.randn(w.shape, generator=g) * 0.1 * w.std()
-        members.append(dict(child, id=generation * args.pop_size + slot, parent=child["id"],
-                            mutation=mutation, fitness=-np.inf))
-    return members
-
-def train_member(member, args, envs, device, run, global_step):
-    """One member's PPO, in place -> agent, global_step."""
+def train_member(member, args, generation, global_step, run):
+    """A member's PPO for a generation, then its fitness. What
+    is random comes from the run's seed, the generation and
+    the member's id, not from the order members train in.
+    -> the member trained, a new dict."""
     # ---- 1. setup
+    seeds = np.random.SeedSequence([args.seed, generation, member["id"]])
+    seed = int(seeds.generate_state(1)[0])
+    torch.manual_seed(seed)
+    device = pick_device(args.device)
+    envs = make_envs(args, args.num_envs)
     agent, optimizer = build(member, envs, args, device)
-    args = argparse.Namespace(**vars(args), **member["hparams"])  # + its hparams
+    args = argparse.Namespace(**vars(args), **member["hparams"])  # its own
+    run.new_member()  # its envs start new episodes
     # The rollout, (num_steps, num_envs, ...) each.
     shape = (args.num_steps, args.num_envs)
     on_device = partial(torch.as_tensor, dtype=torch.float32, device=device)
     obs = torch.zeros(shape + envs.single_observation_space.shape, device=device)
-    actions = torch.zeros(shape, dtype=torch.long, device=device)
-    # bootstraps: gamma V(final obs) at time limits.
-    logprobs, values, bootstraps, rewards, dones = torch.zeros(
-        (5,) + shape, device=device)
-    next_obs, _ = envs.reset(seed=args.seed + global_step)  # new for each
+    actions = torch.zeros(shape + envs.single_action_space.shape, device=device)
+    logprobs = torch.zeros(shape, device=device)
+    values = torch.zeros(shape, device=device)
+    bootstraps = torch.zeros(shape, device=device)  # gamma V(final)
+    rewards = np.zeros(shape, np.float32)
+    dones = np.zeros(shape, np.float32)
+    next_obs, _ = envs.reset(seed=seed)
     next_done = np.zeros(args.num_envs, bool)
-    run.score[:] = run.length[:] = 0  # so are the episodes
-    for _ in range(math.ceil(args.evo_steps / rewards.numel())):  # rollouts
+    for rollout in range(math.ceil(args.evo_steps / rewards.size)):
         # ---- 2. rollout
         bootstraps.zero_()
         for step in range(args.num_steps):
             obs[step] = on_device(next_obs)
-            dones[step] = on_device(next_done)
+            dones[step] = next_done
             with torch.no_grad():  # the rollout only acts
                 actions[step], logprobs[step], _, values[step] = \
                     agent.get_action_and_value(obs[step])
-            next_obs, reward, term, trunc, info = envs.step(actions[step].cpu().numpy())
+            action = to_env(envs.single_action_space, actions[step])
+            next_obs, reward, term, trunc, info = envs.step(action)
             next_done = term | trunc
             global_step += args.num_envs
-            rewards[step] = on_device(reward)
+            rewards[step] = reward
             run.episodes(global_step, reward, next_done)
-            # A time limit is no death: V(final) joins r.
+            # A time limit is not a death: the episode would
+            # have gone on, so the value of its final state
+            # joins the reward of the step that cut it.
             cut = trunc & ~term
             if cut.any():
                 final_obs = on_device(np.stack(info["final_obs"][cut]))
                 bootstraps[step, cut] = args.gamma * agent.get_value(final_obs)
         # ---- 3. advantages
-        advantages, returns = compute_gae(rewards + bootstraps, values, dones,
+        advantages, returns = compute_gae(on_device(rewards) + bootstraps, values, on_device(dones),
                                           agent.get_value(on_device(next_obs)),
                                           on_device(next_done), args.gamma, args.gae_lambda)
         # ---- 4. update
@@ -278,67 +321,113 @@ def train_member(member, args, envs, device, run, global_step):
                        clip_coef=args.clip_coef, **means,
                        explained_variance=1 - ((returns - values).var() / returns.var()).item(),
                        member=member["id"])
-    member.update(model=agent.cpu().state_dict(), adam=optimizer.state_dict())  # on CPU, for noise
-    return agent, global_step
+    envs.close()
+    # The fitness: all members play from the same starts.
+    scores, lengths = play(agent, args, args.seed + generation, device)
+    member = dict(member, model=agent.cpu().state_dict(), adam=optimizer.state_dict(),
+                  fitness=float(scores.mean()))
+    run.write("population.csv", dict(
+        global_step=global_step, eval_steps=int(lengths.sum()), generation=generation,
+        member=member["id"], parent=member["parent"], mutation=member["mutation"],
+        fitness=member["fitness"], **member["hparams"]))
+    return member
+
+@torch.no_grad()  # no learning: play only acts
+def play(agent, args, seed, device):
+    """One episode per env -> returns, lengths; --gif."""
+    envs = make_envs(args, args.eval_episodes)
+    obs, _ = envs.reset(seed=seed)
+    totals = np.zeros((2, envs.num_envs))  # returns, lengths
+    over = np.zeros(envs.num_envs, bool)
+    frames = []  # episode 0's
+    while not over.all():  # each has a time limit
+        frames += [envs.envs[0].render()] if args.gif and not over[0] else []
+        x = torch.as_tensor(obs, dtype=torch.float32, device=device)
+        action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
+        obs, reward, term, trunc, _ = envs.step(to_env(envs.single_action_space, action))
+        totals += [reward * ~over, ~over]
+        over |= term | trunc
+    envs.close()
+    if args.gif:  # half the frames, half size: 25 a second
+        from PIL import Image
+        images = [Image.fromarray(frame).reduce(2) for frame in frames[::2]]
+        images[0].save(args.gif, save_all=True, append_images=images[1:], duration=40, loop=0)
+    return totals
+
+def fittest(members):
+    return max(members, key=lambda m: m["fitness"])
+
+def next_generation(population, generation, args):
+    """The elite, then mutated copies of tournament winners."""
+    # Seeded by the generation, so a resumed run draws the same.
+    rng = np.random.default_rng([args.seed, generation])
+    # The fittest member, the elite, keeps its place and its
+    # weights and trains on: the best policy is never lost.
+    members = [fittest(population)]
+    for place in range(1, args.pop_size):
+        # A tournament: members of the last generation drawn at
+        # random, with replacement, the elite among them; the
+        # fittest of those drawn is copied.
+        drawn = rng.choice(population, args.tournament_size)
+        parent = fittest(drawn)
+        child = copy.deepcopy(parent)
+        # Its mutation: one hyperparameter x0.8 or x1.2.
+        mutation = str(rng.choice(list(HPARAMS)))
+        value = child["hparams"][mutation] * rng.choice([0.8, 1.2])
+        child["hparams"][mutation] = float(np.clip(value, *HPARAMS[mutation]))
+        members.append(dict(child, id=generation * args.pop_size + place,
+                            parent=parent["id"], mutation=mutation, fitness=-math.inf))
+    return members
 
 def train(args):
     # ---- 6. the population
+    # A member trains whole rollouts: evo_steps rounded up.
     batch = args.num_envs * args.num_steps
-    steps = args.pop_size * math.ceil(args.evo_steps / batch) * batch  # a generation's
-    device = pick_device(args.device)
-    torch.manual_seed(args.seed)
-    envs = make_envs(args, args.num_envs)
+    member_steps = math.ceil(args.evo_steps / batch) * batch
+    steps = args.pop_size * member_steps  # a generation's
+    with gym.make(args.env_id) as env:  # the task's own bar
+        threshold = env.spec.reward_threshold
+    target = args.target if args.target is not None else threshold
+    target = math.inf if target is None else target
     ckpt = load_checkpoint(args.resume) if args.resume else {}
-    # A member: id (generation * pop_size + slot),
-    # parent, mutation, fitness (-inf until scored),
-    # hparams (log-uniform in HPARAMS), model, adam.
     rng = np.random.default_rng([args.seed, 0])
     population = ckpt.get("population") or [dict(
-        id=i, parent=-1, mutation="new", fitness=-np.inf,
-        hparams={k: float(np.exp(rng.uniform(*np.log(b))))
-                 for k, b in HPARAMS.items()},
-        model=Agent(envs, args).state_dict(), adam={})
+        id=i, parent=-1, mutation="new", fitness=-math.inf, model={}, adam={},
+        hparams={k: float(np.exp(rng.uniform(*np.log(r)))) for k, r in HPARAMS.items()})
         for i in range(args.pop_size)]
     global_step = ckpt.get("global_step", 0)  # all members'
-    with Run(args, math.ceil(args.total_timesteps / steps) * steps, ckpt) as run:
-        log = partial(print, sep=",", file=run.logs["population.csv"])  # in full
-        if not ckpt:  # a new run
-            log("global_step,eval_steps,generation,member,parent,mutation,fitness",
-                *HPARAMS)
+    total = math.ceil(args.total_timesteps / steps) * steps
+    with Run(args, total, ckpt) as run:
         # A stop waits for the generation, saved whole.
-        while global_step < args.total_timesteps and not run.stop \
-                and fittest(population)["fitness"] < args.target:
+        while global_step < total and not run.stop \
+                and fittest(population)["fitness"] < target:
             generation = global_step // steps
-            # ---- 7. selection, mutation
+            # ---- 7. selection and mutation, once all are scored
             if args.evolve and generation:
                 population = next_generation(population, generation, args)
+            # ---- 8. training and fitness, member by member
+            trained = []
             for member in population:
-                agent, global_step = train_member(member, args, envs, device,
-                                                  run, global_step)
-                # ---- 8. fitness: the same start states for all
-                scores, lengths = play(agent, args, args.seed + generation, "cpu")
-                member["fitness"] = float(scores.mean())
-                log(global_step, int(lengths.sum()), generation,
-                    *map(member.get, ["id", "parent", "mutation", "fitness"]),
-                    *member["hparams"].values())
-            run.bar.set_description(f"best {fittest(population)['fitness']:.1f}")
-            # A copy: training changes the members.
-            run.state = copy.deepcopy(dict(population=population,
-                                           global_step=global_step))
-    envs.close()
+                trained.append(train_member(member, args, generation, global_step, run))
+                global_step += member_steps
+            population = trained
+            run.best = fittest(population)
+            run.state = dict(population=population, global_step=global_step)
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
+# Flags --eval may set; the others are the checkpoint's.
 PLAY = {"eval_episodes", "deterministic", "gif", "seed"}
+POSITIVE = ["max_grad_norm"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
-    the checkpoint, all checked before anything is made."""
+    from the checkpoint, all checked before anything is made."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
-    helps = dict(re.findall(r"\n    (\w+): \w+ = .+?  # (.+)", open(__file__).read()))
+    helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
     for f in fields(Args):
         kind = dict(action=argparse.BooleanOptionalAction) if f.type is bool else dict(type=f.type)
         parser.add_argument("--" + f.name.replace("_", "-"), **kind, default=argparse.SUPPRESS,
-                            help=f"{helps[f.name]} ({f.default})")
+                            help=f"{helps.get(f.name, '')} ({f.default})")
     given = vars(parser.parse_args(argv))
     args = Args(**given)
     rules = []  # (flag, what it must be, whether it is)
@@ -352,28 +441,46 @@ def parse_args(argv=None):
         args.run_dir = folder or "."
     args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
     value = vars(args).get
-    sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"]
-    batch = args.num_envs * args.num_steps
-    rules += [(k, "positive", 0 < value(k) < math.inf) for k in sizes + ["max_grad_norm"]]
+    sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"] + POSITIVE
+    rules += [(k, "positive", 0 < value(k) < math.inf) for k in sizes]
     rules += [(k, "0 or more", 0 <= value(k) < math.inf) for k in ["seed", "save_interval"]]
+    batch = args.num_envs * args.num_steps
     rules += [
         ("gamma", "within [0, 1]", 0 <= args.gamma <= 1),
         ("num_minibatches", f"a divisor of {batch}", batch % max(1, args.num_minibatches) == 0),
         ("device", "auto, cpu or cuda (a GPU)",
          args.device in ["auto", "cpu"] or args.device == "cuda" and torch.cuda.is_available()),
-        ("env_id", f"one of {ENVS}", args.env_id in ENVS),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
          not args.gif or args.eval and os.path.isdir(os.path.dirname(args.gif) or ".")),
         ("run_dir", f"new or empty (to go on: --resume {args.run_dir})",
          args.resume or args.eval or os.path.isdir(args.run_dir) and not os.listdir(args.run_dir)
          or not os.path.exists(args.run_dir) and not os.path.isfile(os.path.dirname(args.run_dir)))]
+    rules += task_rules(args)  # last: it makes an env
     for name, must in [(name, must) for name, must, ok in rules if not ok][:1]:
         parser.error(f"--{name.replace('_', '-')} must be {must}")
     return args
 
+SPACES = (Discrete, MultiDiscrete, MultiBinary)
+
+def task_rules(args):
+    """Rules for --env-id, checked on an env of the task."""
+    try:  # an id gymnasium knows, or module:id
+        envs = make_envs(args, 1)
+    except Exception as e:  # unknown, or an extra missing
+        return [("env_id", f"a task gymnasium can make ({e!r})", False)]
+    obs_space = envs.single_observation_space
+    space = envs.single_action_space
+    envs.close()
+    names = ", ".join(s.__name__ for s in SPACES)
+    return [("env_id", f"a task with a flat Box observation, not {obs_space}",
+             isinstance(obs_space, Box) and len(obs_space.shape) == 1),
+            ("env_id", f"a task with {names} actions, not {space}",
+             isinstance(space, SPACES) and len(space.shape) <= 1)]
+
 def pick_device(name):
-    # One thread: small MLPs run faster so (README.md).
+    # One torch thread: these small networks run faster so,
+    # and runs side by side do not fight (README.md).
     torch.set_num_threads(1)
     return torch.device("cpu" if name == "auto" else name)
 
@@ -389,28 +496,29 @@ def load_checkpoint(path):
     return ckpt
 
 class Run:
-    """The run's bookkeeping: folder, CSV logs, progress bar,
-    checkpoints. Ctrl-C or SIGTERM stop it after the update;
-    leaving the `with` block saves everything."""
+    """The run's bookkeeping: its folder, CSV logs, progress
+    bar and checkpoints. Ctrl-C or SIGTERM asks it to stop
+    after the generation; leaving the `with` block saves."""
 
     def __init__(self, args, total_steps, ckpt):
         self.args = args
         self.dir = args.run_dir
+        os.makedirs(self.dir, exist_ok=True)
+        done = ckpt.get("global_step", 0)  # steps so far
         self.start = time.time() - ckpt.get("wall_time", 0)
         self.last = self.saved = time.time()
-        os.makedirs(self.dir, exist_ok=True)
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
         self.logs = {}
-        # A resume drops the rows after its checkpoint.
+        # A resume drops the rows written after its checkpoint.
         for name in ["episodes.csv", "updates.csv", "population.csv"]:
             rows = open(f"{self.dir}/{name}").read().split() if ckpt else []
-            kept = rows[:1] + [r for r in rows[1:] if int(r.split(",")[0]) <= ckpt["global_step"]]
+            kept = rows[:1] + [r for r in rows[1:] if int(r.split(",")[0]) <= done]
             self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
             self.logs[name].writelines(row + "\n" for row in kept)
-        self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
+        self.bar = tqdm(total=total_steps, initial=done, unit="step")
         self.score = np.zeros(args.num_envs)
         self.length = np.zeros(args.num_envs, int)
-        self.recent = []  # the last 100 returns
+        self.best = None  # the last generation's fittest
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
         for s in [signal.SIGINT, signal.SIGTERM]:
@@ -418,7 +526,12 @@ class Run:
 
     def ask_to_stop(self, signum, frame):
         self.stop = signum
-        tqdm.write("stopping; saving first")
+        tqdm.write("stopping after this generation; saving first")
+
+    def new_member(self):
+        """A member's envs start anew, and so do the episodes."""
+        self.score[:] = 0
+        self.length[:] = 0
 
     def episodes(self, global_step, reward, ended):
         """Adds a step's rewards; logs the episodes ended."""
@@ -427,7 +540,6 @@ class Run:
         for i in np.flatnonzero(ended):
             row = {"global_step": global_step, "wall_time": round(time.time() - self.start, 1)}
             self.write("episodes.csv", {**row, "return": self.score[i], "length": self.length[i]})
-            self.recent = self.recent[-99:] + [self.score[i]]
         self.score[ended] = 0
         self.length[ended] = 0
 
@@ -437,7 +549,8 @@ class Run:
         self.last = time.time()
         self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
         self.bar.update(global_step - self.bar.n)
-        self.bar.set_postfix(score=np.mean(self.recent or [math.nan]))
+        if self.best:
+            self.bar.set_postfix_str(f"fittest {self.best['fitness']:.1f}")
         self.state = state or self.state
         if time.time() - self.saved >= self.args.save_interval:
             self.save()
@@ -446,8 +559,8 @@ class Run:
         """A CSV row (a header first): 6 digits, ints whole."""
         if self.logs[name].tell() == 0:
             self.logs[name].write(",".join(row) + "\n")
-        text = [str(x) if isinstance(x, int) else f"{x:.6g}" for x in row.values()]
-        self.logs[name].write(",".join(text) + "\n")
+        text = [x if isinstance(x, (int, str)) else f"{x:.6g}" for x in row.values()]
+        self.logs[name].write(",".join(map(str, text)) + "\n")
 
     def save(self, checkpoint=True):
         """The checkpoint (renamed in place), curve.png."""
@@ -458,12 +571,13 @@ class Run:
             os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")
         self.saved = time.time()
         import matplotlib.pyplot as plt
-        rows = open(f"{self.dir}/episodes.csv").read().split()[1:]
-        data = np.array([row.split(",") for row in rows], dtype=float).reshape(-1, 4)
-        w = max(1, min(100, len(data) // 5))  # the window
-        cumulative = np.cumsum(np.insert(data[:, 2], 0, 0.0))
-        plt.plot(data[:, 0], data[:, 2], ".", alpha=0.3, label="one episode")
-        plt.plot(data[w - 1:, 0], (cumulative[w:] - cumulative[:-w]) / w, label=f"mean of {w}")
+        rows = [row.split(",") for row in open(f"{self.dir}/episodes.csv").read().split()[1:]]
+        returns = np.array(rows, dtype=float).reshape(-1, 4)[:, [0, 2]]  # step, return
+        plt.plot(*returns.T, ".", alpha=0.3, label="one episode")
+        w = min(100, len(rows) // 5)  # a moving average's window
+        if w > 1:
+            average = np.convolve(returns[:, 1], np.ones(w) / w, "valid")
+            plt.plot(returns[w - 1:, 0], average, label=f"mean of {w}")
         title = f"{SCRIPT}.py, {self.args.env_id}, seed {self.args.seed}"
         plt.gca().set(title=title, xlabel="environment steps", ylabel="episodic return")
         plt.legend()
@@ -480,16 +594,19 @@ class Run:
         if error is None and self.stop:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
-        if error is None:
-            score = np.mean(self.recent[-20:] or [math.nan])
-            print(f"{self.dir}: return {score:.1f}; evaluate: python {SCRIPT}.py --eval {self.dir}")
+        if error is None and self.best:
+            score = f"fitness {self.best['fitness']:.1f} ({self.args.eval_episodes} episodes)"
+            print(f"{self.dir}: fittest member {self.best['id']}, {score};"
+                  f" evaluate: python {SCRIPT}.py --eval {self.dir}")
 
 def evaluate(args):
-    """--eval: the fittest, one episode per env."""
+    """--eval: the fittest member, one episode per env."""
     device = pick_device(args.device)
     torch.manual_seed(args.seed)
     best = fittest(load_checkpoint(args.eval)["population"])
-    agent = build(best, make_envs(args, 1), args, device)[0]
+    envs = make_envs(args, 1)  # for the agent's sizes
+    agent = build(best, envs, args, device)[0]
+    envs.close()
     scores = play(agent, args, args.seed, device)[0]
     print(f"member {best['id']}, {len(scores)} episodes: {scores.mean():.1f} +- {scores.std():.1f}")
     return scores

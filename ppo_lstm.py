@@ -1,13 +1,19 @@
-"""PPO with LSTMs on CartPole, velocities hidden:
-a policy without memory cannot balance it.
+"""PPO with memory: LSTMs let the policy remember what
+one observation does not show, here CartPole with its two
+velocities hidden, which no memoryless policy can balance.
 
-    python ppo_lstm.py  # 50k steps, a minute
+    python ppo_lstm.py  # 50k steps, about a minute
     python ppo_lstm.py --no-memory  # the control
+    python ppo_lstm.py --env-id Pendulum-v1 --mask 2
     python ppo_lstm.py --eval runs/<run> --gif a.gif
 
-Tags: "The 37 Implementation Details of PPO" (Huang
-et al., 2022). Left out: one LSTM for both (more
-runs lost), CUDA graphs (slower), KL stop."""
+Any task with a flat Box observation and Discrete,
+MultiDiscrete, MultiBinary or Box actions; --mask hides
+observation indices. Tags such as [core-7] number the
+details of "The 37 Implementation Details of PPO" (Huang
+et al., 2022), listed in the README. Left out: one LSTM for
+actor and critic (more runs failed), the KL stop (aux-3).
+"""
 import argparse
 import json
 import math
@@ -25,40 +31,45 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
+from gymnasium.spaces import Box, Discrete, MultiBinary, MultiDiscrete
+from torch.distributions import Bernoulli, Categorical, Independent, Normal
 from tqdm import tqdm
 
+# No argument checks in the distributions: diverging weights
+# end in the non-finite loss message, not a traceback.
+torch.distributions.Distribution.set_default_validate_args(False)
 SCRIPT = "ppo_lstm"  # in every checkpoint
 FORMAT = 4  # the checkpoint's layout
 
 @dataclass
-class Args:  # --help: the comment after each
-    env_id: str = "CartPole-v1"  # the only task
-    mask: str = "1,3"  # obs indices hidden, or none
-    total_timesteps: int = 50_000  # steps of the run
-    num_envs: int = 8  # [core-1] envs in parallel
-    num_steps: int = 32  # steps per env per rollout
-    learning_rate: float = 1e-3  # Adam's, at first
-    num_minibatches: int = 1  # [core-6, lstm-4] per epoch
-    update_epochs: int = 8  # passes over each rollout
-    clip_coef: float = 0.2  # [core-8, core-9] ratio clip
-    ent_coef: float = 0.0  # [core-10] entropy bonus
-    memory: bool = True  # --no-memory: the control
-    anneal_lr: bool = True  # [core-4] linearly to 0
-    gamma: float = 0.99  # discount
-    gae_lambda: float = 0.95  # [core-5] GAE's lambda
-    norm_adv: bool = True  # [core-7] advantages
-    clip_vloss: bool = True  # [core-9] value clip
-    vf_coef: float = 0.5  # [core-10] value loss
-    max_grad_norm: float = 0.5  # [core-11] grad clip
-    seed: int = 1  # of torch and the envs
-    device: str = "auto"  # auto (the CPU), cpu, cuda
-    run_dir: str = ""  # default: runs/<env>__...
-    save_interval: float = 300.0  # seconds per checkpoint
-    resume: str = ""  # continue the run in this folder
-    eval: str = ""  # play this run's policy
-    eval_episodes: int = 20  # played by --eval
-    deterministic: bool = False  # --eval: greedy
-    gif: str = ""  # --eval: a GIF of episode 0
+class Args:  # --help: the comment after each field
+    env_id: str = "CartPole-v1"  # A gymnasium task, or module:id.
+    mask: str = "1,3"  # Observation indices hidden (or none).
+    total_timesteps: int = 50_000  # Environment steps of the run.
+    num_envs: int = 8  # Envs stepped side by side.
+    num_steps: int = 32  # Steps per env in each rollout.
+    learning_rate: float = 1e-3  # Adam's rate at the start.
+    num_minibatches: int = 1  # Minibatches of envs per epoch.
+    update_epochs: int = 8  # Passes over each rollout.
+    clip_coef: float = 0.2  # How far the ratio may leave 1.
+    ent_coef: float = 0.0  # Weight of the entropy bonus.
+    memory: bool = True  # Off, the control: state always 0.
+    anneal_lr: bool = True  # Anneal the rate linearly to 0.
+    gamma: float = 0.99  # The discount factor.
+    gae_lambda: float = 0.95  # GAE's lambda.
+    norm_adv: bool = True  # Normalize advantages.
+    clip_vloss: bool = True  # Clip the value loss too.
+    vf_coef: float = 0.5  # Weight of the value loss.
+    max_grad_norm: float = 0.5  # Largest gradient norm.
+    seed: int = 1  # Seed of torch and the envs.
+    device: str = "auto"  # auto (the CPU), cpu or cuda.
+    run_dir: str = ""  # The run's folder (default: runs/...).
+    save_interval: float = 300.0  # Seconds between saves.
+    resume: str = ""  # Continue the run in this folder.
+    eval: str = ""  # Play the policy of this run's folder.
+    eval_episodes: int = 20  # Episodes --eval plays.
+    deterministic: bool = False  # Play the likeliest action.
+    gif: str = ""  # With --eval: a GIF of the first episode.
 
 def make_envs(args, num_envs):
     """Envs that reset in the step that ends an episode,
@@ -66,23 +77,30 @@ def make_envs(args, num_envs):
     # Frames for --gif, drawn without a display.
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     make = partial(gym.make, args.env_id, render_mode="rgb_array")
+    # [core-1] Several envs step side by side: more data per
+    # network call, and less correlated samples.
     return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode="SameStep")
 
-def layer_init(layer, std=2 ** 0.5):  # [core-2]
+def layer_init(layer, std=2 ** 0.5):
+    # [core-2] Orthogonal weights keep the signal's scale
+    # through the layers at first; biases start at 0.
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.zeros_(layer.bias)
     return layer
 
 class RunningNorm(nn.Module):
-    """Mean and variance of all batches; saved with weights."""
+    """The running mean and variance of all batches given to
+    update(), kept in the state dict with the weights."""
 
     def __init__(self, shape=()):
         super().__init__()
         self.mean = nn.Buffer(torch.zeros(shape).double())
         self.var = nn.Buffer(torch.ones(shape).double())
-        self.count = nn.Buffer(torch.tensor(1e-4, dtype=torch.float64))
+        self.count = nn.Buffer(torch.tensor(1e-4, dtype=torch.float64))  # not 0: no 0/0
 
     def update(self, x):  # x: (batch, *shape)
+        # A batch's mean and variance merged into the totals,
+        # with no old data kept (Chan et al.'s parallel form).
         x = torch.as_tensor(x).to(self.mean)  # float64
         total = self.count + len(x)
         delta = x.mean(0) - self.mean
@@ -92,8 +110,41 @@ class RunningNorm(nn.Module):
         self.var.copy_(squares / total)
         self.count.copy_(total)
 
-    def forward(self, x):  # [cont-6, cont-7]
+    def forward(self, x):
+        # [cont-6, cont-7] Observations shifted and scaled to
+        # mean 0 and std 1, so that every input has one scale
+        # whatever its units, then clipped to [-10, 10].
         return ((x - self.mean) / (self.var + 1e-8).sqrt()).clamp(-10, 10).float()
+
+def action_distribution(space, output, logstd):
+    """The policy over `space`, from the actor's output (B,
+    flatdim(space)): logits, or the means of a Box's actions.
+    An action of several parts gets one log-probability and
+    one entropy: the sums over its parts."""
+    if isinstance(space, Discrete):
+        return Categorical(logits=output)
+    if isinstance(space, MultiBinary):
+        return Independent(Bernoulli(logits=output), 1)
+    if isinstance(space, Box):
+        # [cont-1, cont-3] A Normal per action dimension,
+        # independent of the others given the state.
+        return Independent(Normal(output, logstd.exp().expand_as(output)), 1)
+    # MultiDiscrete: a Categorical per dimension, the logits
+    # padded with -inf (probability 0) to one length.
+    sizes = space.nvec.tolist()
+    pad = [nn.functional.pad(x, (0, max(sizes) - x.shape[-1]), value=-math.inf)
+           for x in output.split(sizes, dim=-1)]
+    return Independent(Categorical(logits=torch.stack(pad, dim=-2)), 1)
+
+def to_env(space, action):
+    """An action as the env takes it: a numpy array."""
+    action = action.cpu().numpy() + getattr(space, "start", 0)  # Discrete(n, start)
+    if isinstance(space, Box):
+        # [cont-5] Clipped to the bounds only here: the
+        # rollout keeps the action as sampled, whose
+        # log-probability the update computes again.
+        action = action.clip(space.low, space.high)
+    return action.astype(space.dtype)
 
 class Memory(nn.Module):
     """An LSTM, then a head on its outputs."""
@@ -101,65 +152,96 @@ class Memory(nn.Module):
     def __init__(self, out_size, std):
         super().__init__()
         self.lstm = nn.LSTM(64, 64)
-        for param in self.lstm.parameters():  # [lstm-1]
+        # [lstm-1] The LSTM's weights orthogonal (std 1) and
+        # its biases 0, like the other layers.
+        for param in self.lstm.parameters():
             init = nn.init.orthogonal_ if param.dim() == 2 else nn.init.zeros_
             init(param)
         self.head = layer_init(nn.Linear(64, out_size), std)
 
     def forward(self, x, state, done):
-        """x (T, B, 64) from state (h, c); done (T, B): 1
-        starts an episode. -> (T * B, out), state after."""
-        # [lstm-3] Zeroed where episodes start, not
-        # rollouts; a stretch is one LSTM call.
+        """x: (T, B, 64) from state (h, c); done: (T, B), 1 where
+        an episode starts. -> (T * B, out), the state after."""
+        # [lstm-3] The state is zeroed where an episode starts,
+        # and only there: at a rollout's start the state goes on.
+        # cuts: the steps t > 0 where some env starts an episode;
+        # tensor_split cuts the time axis there into stretches,
+        # each one LSTM call, faster than a call per step.
         cuts = (done[1:].any(1).nonzero().flatten() + 1).tolist()
         outputs = []
         for stretch, starts in zip(x.tensor_split(cuts), done[[0, *cuts]]):
-            keep = (1.0 - starts).view(1, -1, 1)
+            keep = (1.0 - starts).view(1, -1, 1)  # 0: forget
             out, state = self.lstm(stretch, (state[0] * keep, state[1] * keep))
             outputs.append(out)
         return self.head(torch.cat(outputs).flatten(0, 1)), state
 
 class Agent(nn.Module):
-    """An encoder, then actor and critic Memories
-    [core-13]: one for both lost more runs."""
+    """An encoder, then the actor's and the critic's own
+    Memory [core-13]: with one LSTM for both, the value loss
+    moved the memory the policy reads, and more runs failed."""
 
     def __init__(self, envs, args):
         super().__init__()
-        # CartPole's x, v, angle, w: v and w hidden.
-        self.visible = [i for i in range(4) if str(i) not in args.mask.split(",")]
-        n = len(self.visible)  # seen
-        self.obs_norm = RunningNorm(n)  # [cont-6]
+        obs_size = envs.single_observation_space.shape[0]
+        masked = args.mask.split(",")
+        self.visible = [i for i in range(obs_size) if str(i) not in masked]
+        n = len(self.visible)  # inputs the agent sees
+        self.obs_norm = RunningNorm(n)
         self.return_norm = RunningNorm()  # [cont-8]
         self.encoder = nn.Sequential(layer_init(nn.Linear(n, 64)), nn.Tanh())
-        self.actor = Memory(envs.single_action_space.n, 0.01)
+        self.space = envs.single_action_space
+        # Small last weights: all actions about as likely.
+        self.actor = Memory(gym.spaces.flatdim(self.space), 0.01)
         self.critic = Memory(1, 1.0)
-        self.memory = args.memory  # off: the control
+        self.memory = args.memory
+        self.actor_logstd = None
+        if isinstance(self.space, Box):
+            # [cont-2] A log std per action dimension, learned
+            # but the same in every state; -0.5 at first.
+            self.actor_logstd = nn.Parameter(torch.full(self.space.shape, -0.5))
+
+    def scale_rewards(self, rewards, discounted):
+        """[cont-8, cont-9] Rewards divided by the std of the
+        discounted return, which puts the critic's targets near
+        1 in any task, then clipped to [-10, 10]. discounted:
+        the returns so far at each step, for the statistics.
+        Truncation bootstraps, in V's units already, come after."""
+        self.return_norm.update(discounted.reshape(-1))
+        return (rewards / (self.return_norm.var.float() + 1e-8).sqrt()).clamp(-10, 10)
 
     @torch.no_grad()  # for the rollout only
     def get_value(self, x, state):
+        """V of x (B, obs_size), one step on from the critic's
+        state, as if the episode went on (GAE drops V where not)."""
         x = self.encoder(self.obs_norm(x[None, :, self.visible]))
         out, _ = self.critic.lstm(x, state)
         return self.critic.head(out[0]).squeeze(-1)
 
     def get_action_and_value(self, x, states, done, action=None, greedy=False):
-        """x: (T, B, 4); states: actor's, critic's (h, c).
-        -> action, log pi(a|x), entropy, V; states."""
+        """x: (T, B, obs_size); states: the actor's and the
+        critic's (h, c); done: (T, B); action: to score, or None
+        to draw. -> action, log pi(action|x), entropy, V; states."""
         x = self.encoder(self.obs_norm(x[..., self.visible]))
-        done = done if self.memory else torch.ones_like(done)  # the control
-        logits, actor_state = self.actor(x, states[0], done)
+        # The control forgets before every step: no memory.
+        done = done if self.memory else torch.ones_like(done)
+        output, actor_state = self.actor(x, states[0], done)
         value, critic_state = self.critic(x, states[1], done)
-        dist = torch.distributions.Categorical(logits=logits, validate_args=False)
-        if action is None:
-            action = logits.argmax(-1) if greedy else dist.sample()
-        if self.memory:  # the control's stay zero
+        dist = action_distribution(self.space, output, self.actor_logstd)
+        if action is None:  # torch's Bernoulli mode: nan at p 0.5
+            action = dist.mode.nan_to_num(0) if greedy else dist.sample()
+        if self.memory:  # the control's states stay zero
             states = (actor_state, critic_state)
         return action, dist.log_prob(action), dist.entropy(), value.squeeze(-1), states
 
-# Generalized advantage estimation [core-5]:
+# [core-5] Generalized advantage estimation: an average of
+# the k-step advantage estimates, weighted by lambda^k. At
+# lambda 0 it trusts V after one step (biased, steady), at 1
+# the rewards alone (unbiased, noisy): bias against variance.
 #   delta_t = r_t + gamma V(s_t+1) (1 - d_t+1) - V(s_t)
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
-# d_t = dones[t] = 1: observation t starts an episode.
+# The trap: d_t = dones[t] = 1 says that observation t starts
+# a new episode, so step t-1 ended one and V(s_t) is not its.
 # V(s_T) = next_value, d_T = next_done, A_T = 0.
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     next_values = torch.cat([values[1:], next_value[None]])
@@ -172,12 +254,19 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
         advantages[t] = last
     return advantages, advantages + values
 
-# The clipped objective as a loss [core-8..10], with
-# r_t = pi(a_t|s_t) / pi_old(a_t|s_t), e = clip_coef:
+# [core-8, core-9, core-10] The clipped objective as a loss.
+# With r_t = pi(a_t|s_t) / pi_old(a_t|s_t), e = clip_coef,
+# the paper maximizes mean(min(r_t A, clip(r_t, 1-e, 1+e) A)),
+# a pessimistic bound; as min(a, b) = -max(-a, -b), the loss:
 #   L_clip = mean(max(-A r_t, -A clip(r_t, 1-e, 1+e)))
-#   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2,
-#   V_clip = V_old + clip(V - V_old, -e, e) [core-9]
+# Past 1-e or 1+e in the direction A favours, the clipped
+# term wins and its gradient is 0: nothing pushes the policy
+# further. Value clipping is not in the paper but in OpenAI's
+# code: V's change is clipped alike around the rollout's V.
+#   V_clip = V_old + clip(V - V_old, -e, e)
+#   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
+# The entropy bonus H keeps the policy exploring.
 def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
              entropy, clip_coef, vf_coef, ent_coef, clip_vloss=True):
     logratio = newlogprob - oldlogprob
@@ -191,26 +280,41 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
         v_loss = 0.5 * v_losses.mean()
     entropy_loss = entropy.mean()
     loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
-    approx_kl = ((ratio - 1) - logratio).mean()  # [core-12]
+    # [core-12] Two numbers to watch (README): how far the
+    # policy moved (an estimate of the KL divergence), and
+    # the share of ratios outside the clip range.
+    approx_kl = ((ratio - 1) - logratio).mean()
     clipfrac = ((ratio - 1).abs() > clip_coef).float().mean()
     stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
                  approx_kl=approx_kl, clipfrac=clipfrac)
     return loss, {name: x.detach() for name, x in stats.items()}
 
-def update(agent, optimizer, args, states, batch):
-    """Epochs of minibatches of whole sequences
-    [core-6, lstm-4] from the first states [lstm-5]."""
+def update(agent, optimizer, args, first, batch):
+    """Epochs of minibatch steps on a rollout -> mean stats.
+    first: the actor's and critic's states at its start."""
     stats = []
     for epoch in range(args.update_epochs):
+        # [core-6, lstm-4] A minibatch is a random share of the
+        # envs, each with its whole sequence of steps: the LSTM
+        # must see them in order.
         shuffled = torch.randperm(args.num_envs, device=batch["obs"].device)
         for mb_inds in shuffled.split(len(shuffled) // args.num_minibatches):
             mb = {k: x[:, mb_inds] for k, x in batch.items()}
-            first = [(h[:, mb_inds], c[:, mb_inds]) for h, c in states]
+            # [lstm-5] Each sequence is replayed from the state the
+            # rollout started it with, so before the first gradient
+            # step the update recomputes the rollout's log-probs
+            # exactly; later ones see the memory the new weights
+            # build. A zero state here would show the policy a
+            # memory it never had when it acted.
+            mb_first = [(h[:, mb_inds], c[:, mb_inds]) for h, c in first]
             _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-                mb["obs"], first, mb["dones"], mb["actions"].flatten(0, 1))
+                mb["obs"], mb_first, mb["dones"], mb["actions"].flatten(0, 1))
             mb = {k: x.flatten(0, 1) for k, x in mb.items()}
             advantages = mb["advantages"]
-            if args.norm_adv:  # [core-7]
+            if args.norm_adv:
+                # [core-7] Advantages get mean 0 and std 1 in each
+                # minibatch, as in OpenAI's code: every gradient
+                # step has one scale, whatever the rewards' is.
                 advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
             loss, mb_stats = ppo_loss(
                 newlogprob=newlogprob, oldlogprob=mb["logprobs"], advantages=advantages,
@@ -219,7 +323,9 @@ def update(agent, optimizer, args, states, batch):
                 ent_coef=args.ent_coef, clip_vloss=args.clip_vloss)
             optimizer.zero_grad()
             loss.backward()
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # [core-11]
+            # [core-11] The whole gradient is scaled down when its
+            # norm is over max_grad_norm: no step is wild.
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
             stats.append(dict(loss=loss.detach(), **mb_stats))
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
@@ -232,7 +338,8 @@ def train(args):
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.num_envs)
     agent = Agent(envs, args).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)  # [core-3]
+    # [core-3] Adam's eps is 1e-5, as in OpenAI's code.
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     ckpt = load_checkpoint(args.resume) if args.resume else {}
     if ckpt:
         agent.load_state_dict(ckpt["model"])
@@ -243,31 +350,40 @@ def train(args):
     shape = (args.num_steps, args.num_envs)
     on_device = partial(torch.as_tensor, dtype=torch.float32, device=device)
     obs = torch.zeros(shape + envs.single_observation_space.shape, device=device)
-    actions = torch.zeros(shape, dtype=torch.long, device=device)
-    # bootstraps: gamma V(final); discounted returns.
-    logprobs, values, bootstraps, dones = torch.zeros((4,) + shape, device=device)
-    rewards, discounted = np.zeros((2,) + shape, np.float32)
+    actions = torch.zeros(shape + envs.single_action_space.shape, device=device)
+    logprobs = torch.zeros(shape, device=device)
+    values = torch.zeros(shape, device=device)
+    bootstraps = torch.zeros(shape, device=device)  # gamma V(final)
+    dones = torch.zeros(shape, device=device)  # the LSTMs read it
+    rewards = np.zeros(shape, np.float32)
+    discounted = np.zeros(shape, np.float32)  # returns so far
     discounted_return = np.zeros(args.num_envs)
-    next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)  # resume: new
+    # A resume starts new episodes, with new seeds.
+    next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)
     next_done = np.zeros(args.num_envs, bool)
-    zeros = torch.zeros(1, args.num_envs, 64, device=device)
-    states = [(zeros, zeros)] * 2  # [lstm-2] kept across rollouts
+    # [lstm-2] The states start at zero, and are carried from
+    # one rollout to the next: an episode goes on across them.
+    zeros = torch.zeros(1, args.num_envs, 64, device=device)  # (layers, B, 64)
+    states = [(zeros, zeros), (zeros, zeros)]  # actor's, critic's (h, c)
 
     with Run(args, num_iterations * batch_size, ckpt) as run:
         while iteration < num_iterations and not run.stop:
-            # [core-4] A function of the iteration: a resume goes on.
+            # [core-4] The learning rate falls linearly to 0 over
+            # the run. It is a function of the iteration alone, so
+            # a resumed run goes on where it stopped.
             lr = args.learning_rate * (1.0 - iteration / num_iterations if args.anneal_lr else 1.0)
             optimizer.param_groups[0]["lr"] = lr
             # ---- 2. rollout
-            first = states  # [lstm-5]
+            first = states  # the update replays from these
             bootstraps.zero_()
             for step in range(args.num_steps):
                 obs[step] = on_device(next_obs)
                 dones[step] = on_device(next_done)
-                with torch.no_grad():  # the rollout only acts
+                with torch.no_grad():  # [[step]] keeps the time axis: T = 1
                     actions[step], logprobs[step], _, values[step], states = \
                         agent.get_action_and_value(obs[[step]], states, dones[[step]])
-                next_obs, reward, term, trunc, info = envs.step(actions[step].cpu().numpy())
+                action = to_env(envs.single_action_space, actions[step])
+                next_obs, reward, term, trunc, info = envs.step(action)
                 next_done = term | trunc
                 global_step += args.num_envs
                 rewards[step] = reward
@@ -275,17 +391,16 @@ def train(args):
                 discounted_return = discounted_return * args.gamma + reward
                 discounted[step] = discounted_return
                 discounted_return[next_done] = 0
-                # A time limit is no death: V(final) joins r.
+                # A time limit is not a death: the episode would
+                # have gone on, so the value of its final state,
+                # read with its own memory, joins the last reward.
                 cut = trunc & ~term
                 if cut.any():
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
                     state = [s[:, cut] for s in states[1]]
                     bootstraps[step, cut] = args.gamma * agent.get_value(final_obs, state)
             # ---- 3. advantages
-            # [cont-8, 9] r / std(discounted return), clipped.
-            agent.return_norm.update(discounted.reshape(-1))
-            scale = (agent.return_norm.var.float() + 1e-8).sqrt()
-            scaled = (on_device(rewards) / scale).clamp(-10, 10)
+            scaled = agent.scale_rewards(on_device(rewards), discounted)
             advantages, returns = compute_gae(scaled + bootstraps, values, dones,
                                               agent.get_value(on_device(next_obs), states[1]),
                                               on_device(next_done), args.gamma, args.gae_lambda)
@@ -295,7 +410,8 @@ def train(args):
                 advantages=advantages, returns=returns, values=values))
             if not math.isfinite(means.pop("loss")):
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
-            # [cont-6] Moved after the update (it saw the old).
+            # The statistics take in the rollout only now, so that
+            # the update saw what the rollout saw.
             agent.obs_norm.update(obs.flatten(0, 1)[:, agent.visible])
             iteration += 1
             # ---- 5. logging
@@ -306,18 +422,19 @@ def train(args):
     envs.close()
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
+# Flags --eval may set; the others are the checkpoint's.
 PLAY = {"eval_episodes", "deterministic", "gif", "seed"}
 POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
-    the checkpoint, all checked before anything is made."""
+    from the checkpoint, all checked before anything is made."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
-    helps = dict(re.findall(r"\n    (\w+): \w+ = .+?  # (.+)", open(__file__).read()))
+    helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
     for f in fields(Args):
         kind = dict(action=argparse.BooleanOptionalAction) if f.type is bool else dict(type=f.type)
         parser.add_argument("--" + f.name.replace("_", "-"), **kind, default=argparse.SUPPRESS,
-                            help=f"{helps[f.name]} ({f.default})")
+                            help=f"{helps.get(f.name, '')} ({f.default})")
     given = vars(parser.parse_args(argv))
     args = Args(**given)
     rules = []  # (flag, what it must be, whether it is)
@@ -340,20 +457,40 @@ def parse_args(argv=None):
          args.num_envs % max(1, args.num_minibatches) == 0),
         ("device", "auto, cpu or cuda (a GPU)",
          args.device in ["auto", "cpu"] or args.device == "cuda" and torch.cuda.is_available()),
-        ("env_id", "CartPole-v1", args.env_id == "CartPole-v1"),
-        ("mask", "none or indices 0-3", set(args.mask.split(",")) <= {*"0123", "none"}),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
          not args.gif or args.eval and os.path.isdir(os.path.dirname(args.gif) or ".")),
         ("run_dir", f"new or empty (to go on: --resume {args.run_dir})",
          args.resume or args.eval or os.path.isdir(args.run_dir) and not os.listdir(args.run_dir)
          or not os.path.exists(args.run_dir) and not os.path.isfile(os.path.dirname(args.run_dir)))]
+    rules += task_rules(args)  # last: it makes an env
     for name, must in [(name, must) for name, must, ok in rules if not ok][:1]:
         parser.error(f"--{name.replace('_', '-')} must be {must}")
     return args
 
+SPACES = (Discrete, MultiDiscrete, MultiBinary, Box)
+
+def task_rules(args):
+    """Rules for --env-id and --mask, checked on an env."""
+    try:  # an id gymnasium knows, or module:id
+        envs = make_envs(args, 1)
+    except Exception as e:  # unknown, or an extra missing
+        return [("env_id", f"a task gymnasium can make ({e!r})", False)]
+    obs_space = envs.single_observation_space
+    space = envs.single_action_space
+    envs.close()
+    flat = isinstance(obs_space, Box) and len(obs_space.shape) == 1
+    size = obs_space.shape[0] if flat else 0
+    names = ", ".join(s.__name__ for s in SPACES)
+    return [("env_id", f"a task with a flat Box observation, not {obs_space}", flat),
+            ("env_id", f"a task with {names} actions, not {space}",
+             isinstance(space, SPACES) and len(space.shape) <= 1),
+            ("mask", f"none or indices 0 to {size - 1}",
+             args.mask == "none" or set(args.mask.split(",")) <= set(map(str, range(size))))]
+
 def pick_device(name):
-    # One thread: small MLPs run faster so (README.md).
+    # One torch thread: these small networks run faster so,
+    # and runs side by side do not fight (README.md).
     torch.set_num_threads(1)
     return torch.device("cpu" if name == "auto" else name)
 
@@ -369,28 +506,29 @@ def load_checkpoint(path):
     return ckpt
 
 class Run:
-    """The run's bookkeeping: folder, CSV logs, progress bar,
-    checkpoints. Ctrl-C or SIGTERM stop it after the update;
-    leaving the `with` block saves everything."""
+    """The run's bookkeeping: its folder, CSV logs, progress
+    bar and checkpoints. Ctrl-C or SIGTERM asks it to stop
+    after the update; leaving the `with` block saves."""
 
     def __init__(self, args, total_steps, ckpt):
         self.args = args
         self.dir = args.run_dir
+        os.makedirs(self.dir, exist_ok=True)
+        steps = ckpt.get("global_step", 0)  # done so far
         self.start = time.time() - ckpt.get("wall_time", 0)
         self.last = self.saved = time.time()
-        os.makedirs(self.dir, exist_ok=True)
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
         self.logs = {}
-        # A resume drops the rows after its checkpoint.
+        # A resume drops the rows written after its checkpoint.
         for name in ["episodes.csv", "updates.csv"]:
             rows = open(f"{self.dir}/{name}").read().split() if ckpt else []
-            kept = rows[:1] + [r for r in rows[1:] if int(r.split(",")[0]) <= ckpt["global_step"]]
+            kept = rows[:1] + [r for r in rows[1:] if int(r.split(",")[0]) <= steps]
             self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
             self.logs[name].writelines(row + "\n" for row in kept)
-        self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
+        self.bar = tqdm(total=total_steps, initial=steps, unit="step")
         self.score = np.zeros(args.num_envs)
         self.length = np.zeros(args.num_envs, int)
-        self.recent = []  # the last 100 returns
+        self.recent = []  # the last 20 returns
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
         for s in [signal.SIGINT, signal.SIGTERM]:
@@ -407,7 +545,7 @@ class Run:
         for i in np.flatnonzero(ended):
             row = {"global_step": global_step, "wall_time": round(time.time() - self.start, 1)}
             self.write("episodes.csv", {**row, "return": self.score[i], "length": self.length[i]})
-            self.recent = self.recent[-99:] + [self.score[i]]
+            self.recent = self.recent[-19:] + [self.score[i]]
         self.score[ended] = 0
         self.length[ended] = 0
 
@@ -417,7 +555,7 @@ class Run:
         self.last = time.time()
         self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
         self.bar.update(global_step - self.bar.n)
-        self.bar.set_postfix(score=np.mean(self.recent or [math.nan]))
+        self.bar.set_postfix(score=f"{np.mean(self.recent or [math.nan]):.1f}")
         self.state = state or self.state
         if time.time() - self.saved >= self.args.save_interval:
             self.save()
@@ -426,8 +564,8 @@ class Run:
         """A CSV row (a header first): 6 digits, ints whole."""
         if self.logs[name].tell() == 0:
             self.logs[name].write(",".join(row) + "\n")
-        text = [str(x) if isinstance(x, int) else f"{x:.6g}" for x in row.values()]
-        self.logs[name].write(",".join(text) + "\n")
+        text = [x if isinstance(x, (int, str)) else f"{x:.6g}" for x in row.values()]
+        self.logs[name].write(",".join(map(str, text)) + "\n")
 
     def save(self, checkpoint=True):
         """The checkpoint (renamed in place), curve.png."""
@@ -438,12 +576,13 @@ class Run:
             os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")
         self.saved = time.time()
         import matplotlib.pyplot as plt
-        rows = open(f"{self.dir}/episodes.csv").read().split()[1:]
-        data = np.array([row.split(",") for row in rows], dtype=float).reshape(-1, 4)
-        w = max(1, min(100, len(data) // 5))  # the window
-        cumulative = np.cumsum(np.insert(data[:, 2], 0, 0.0))
-        plt.plot(data[:, 0], data[:, 2], ".", alpha=0.3, label="one episode")
-        plt.plot(data[w - 1:, 0], (cumulative[w:] - cumulative[:-w]) / w, label=f"mean of {w}")
+        rows = [row.split(",") for row in open(f"{self.dir}/episodes.csv").read().split()[1:]]
+        returns = np.array(rows, dtype=float).reshape(-1, 4)[:, [0, 2]]  # step, return
+        plt.plot(*returns.T, ".", alpha=0.3, label="one episode")
+        w = min(100, len(rows) // 5)  # a moving average's window
+        if w > 1:
+            average = np.convolve(returns[:, 1], np.ones(w) / w, "valid")
+            plt.plot(returns[w - 1:, 0], average, label=f"mean of {w}")
         title = f"{SCRIPT}.py, {self.args.env_id}, seed {self.args.seed}"
         plt.gca().set(title=title, xlabel="environment steps", ylabel="episodic return")
         plt.legend()
@@ -460,13 +599,13 @@ class Run:
         if error is None and self.stop:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
-        if error is None:
-            score = np.mean(self.recent[-20:] or [math.nan])
-            print(f"{self.dir}: return {score:.1f}; evaluate: python {SCRIPT}.py --eval {self.dir}")
+        if error is None:  # score: the mean of the last 20 returns
+            score = np.mean(self.recent or [math.nan])
+            print(f"{self.dir}: score {score:.1f}; evaluate: python {SCRIPT}.py --eval {self.dir}")
 
 @torch.no_grad()
 def evaluate(args):
-    """--eval: an episode per env, states kept."""
+    """--eval: one episode per env, each with its memory."""
     device = pick_device(args.device)
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.eval_episodes)
@@ -474,16 +613,16 @@ def evaluate(args):
     agent.load_state_dict(load_checkpoint(args.eval)["model"])
     obs, _ = envs.reset(seed=args.seed)
     zeros = torch.zeros(1, args.eval_episodes, 64, device=device)
-    states = [(zeros, zeros)] * 2  # carried along
-    done = zeros[..., 0]  # (1, B): never reset
+    states = [(zeros, zeros), (zeros, zeros)]  # carried along
+    done = zeros[..., 0]  # (1, B): no episode starts anew
     scores = np.zeros(args.eval_episodes)
     over = np.zeros(args.eval_episodes, bool)
     frames = []  # episode 0's
     while not over.all():  # each has a time limit
         frames += [envs.envs[0].render()] if args.gif and not over[0] else []
-        x = torch.as_tensor(obs[None], device=device)
+        x = torch.as_tensor(obs[None], dtype=torch.float32, device=device)
         action, *_, states = agent.get_action_and_value(x, states, done, greedy=args.deterministic)
-        obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
+        obs, reward, term, trunc, _ = envs.step(to_env(envs.single_action_space, action))
         scores += reward * ~over
         over |= term | trunc
     envs.close()

@@ -1,4 +1,5 @@
-"""Checks of what only ppo_evolve.py has: copies, mutations and selection, and its command line."""
+"""Checks of what only ppo_evolve.py has: copies, mutations and selection, any task of its action spaces, the
+stopping target, and its command line."""
 import copy
 import os
 import shutil
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import tiny_tasks  # noqa: F401  (registers the tests' own tasks)
 from conftest import ROOT, load_script
 
 P = load_script("ppo_evolve")
@@ -40,32 +42,20 @@ def trained_member(id, fitness, lr=1e-3):
     return member
 
 
-def only(*kinds):
-    """MUTATIONS with only these kinds switched on, at equal odds, for monkeypatch.setattr(P, "MUTATIONS", ...)."""
-    return {kind: (kind in kinds) / len(kinds) for kind in P.MUTATIONS}
-
-
 def adam_tensors(member):
     """The member's Adam state as {(parameter index, key): tensor}."""
     return {(i, k): v for i, state in member["adam"]["state"].items() for k, v in state.items()}
 
 
-def children(kind, seeds=range(30)):
-    """(parent, child) pairs made by next_generation with only the mutation `kind` switched on."""
+def children(seeds=range(30)):
+    """(parent, child) pairs made by next_generation."""
     pairs = []
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(P, "MUTATIONS", only(kind))
-        for seed in seeds:
-            population = [trained_member(0, 10.0), trained_member(1, 20.0), trained_member(2, 30.0)]
-            args = P.Args(seed=seed, pop_size=3, tournament_size=2)
-            for child in P.next_generation(population, 1, args)[1:]:
-                pairs.append((next(m for m in population if m["id"] == child["parent"]), child))
+    for seed in seeds:
+        population = [trained_member(0, 10.0), trained_member(1, 20.0), trained_member(2, 30.0)]
+        args = P.Args(seed=seed, pop_size=3, tournament_size=2)
+        for child in P.next_generation(population, 1, args)[1:]:
+            pairs.append((next(m for m in population if m["id"] == child["parent"]), child))
     return pairs
-
-
-def test_the_default_mutation_odds():
-    # none 0.2, hparam 0.4, weights 0.2 as before, renormalized once the architecture share (0.2) went
-    assert P.MUTATIONS == dict(none=0.25, hparam=0.5, weights=0.25)
 
 
 def test_every_member_has_the_same_network(tmp_path):
@@ -82,7 +72,7 @@ def test_every_member_has_the_same_network(tmp_path):
 
 
 def test_a_copy_has_its_parents_weights_and_adam_state_and_its_own_learning_rate():
-    pairs = [(p, c) for p, c in children("hparam") if c["mutation"] == "learning_rate"]
+    pairs = [(p, c) for p, c in children() if c["mutation"] == "learning_rate"]
     assert pairs, "no learning-rate mutation in 30 seeds"
     for parent, child in pairs:
         assert child["hparams"]["learning_rate"] != parent["hparams"]["learning_rate"]
@@ -114,8 +104,7 @@ def test_build_loads_copies_so_training_leaves_the_member_as_it_was():
                    for i, p in enumerate(agent.parameters()))  # the optimizer did move its own
 
 
-def test_a_hyperparameter_mutation_stays_within_bounds(monkeypatch):
-    monkeypatch.setattr(P, "MUTATIONS", only("hparam"))
+def test_a_hyperparameter_mutation_stays_within_bounds():
     top = {k: high for k, (low, high) in P.HPARAMS.items()}  # parents at the top of every range
     pairs = []
     for seed in range(40):
@@ -136,18 +125,7 @@ def test_a_hyperparameter_mutation_stays_within_bounds(monkeypatch):
     assert changed_down > 0 and changed_up > 0
 
 
-def test_weight_noise_changes_every_weight_matrix_a_little():
-    for parent, child in children("weights", seeds=range(3)):
-        for name, w in child["model"].items():
-            q = parent["model"][name]
-            if w.dim() == 2:
-                assert 0 < (w - q).std() < 0.2 * q.std(), name
-            else:
-                assert torch.equal(w, q), name
-
-
-def test_the_elite_survives_a_generation_unchanged(monkeypatch):
-    monkeypatch.setattr(P, "MUTATIONS", only("hparam", "weights"))
+def test_the_elite_survives_a_generation_unchanged():
     population = [trained_member(i, fitness) for i, fitness in enumerate([5.0, 50.0, 20.0, 1.0])]
     before = copy.deepcopy(population[1])
     args = P.Args(seed=3, pop_size=4)
@@ -159,9 +137,8 @@ def test_the_elite_survives_a_generation_unchanged(monkeypatch):
     assert [m["id"] for m in new[1:]] == [5, 6, 7] and all(m["fitness"] == -float("inf") for m in new[1:])
 
 
-def test_tournament_winners_are_the_fitter_members(monkeypatch):
+def test_tournament_winners_are_the_fitter_members():
     # With tournaments of the whole population (drawn with replacement), most copies come from the fittest.
-    monkeypatch.setattr(P, "MUTATIONS", only("none"))
     population = [trained_member(i, float(i)) for i in range(4)]
     parents = []
     for seed in range(10):
@@ -175,7 +152,9 @@ def test_tournament_winners_are_the_fitter_members(monkeypatch):
     (["--evo-steps", "0"], "--evo-steps"),
     (["--tournament-size", "0"], "--tournament-size"),
     (["--env-id", "FrozenLake-v1"], "--env-id"),  # Discrete observations
-    (["--env-id", "Pendulum-v1"], "--env-id"),  # Box actions
+    (["--env-id", "Pendulum-v1"], "--env-id"),  # Box actions: ppo_lstm.py, ppo_continuous.py
+    (["--env-id", "tiny_tasks:TupleActions-v0"], "--env-id"),  # a space no script here has
+    (["--env-id", "no_such_module:Task-v0"], "--env-id"),
     (["--eval-episodes", "0"], "--eval-episodes"),
     (["--num-steps", "-1"], "--num-steps"),
     (["--seed", "-1"], "--seed"),
@@ -213,7 +192,7 @@ def test_run_resume_eval_and_broken_checkpoint(tmp_path):
     assert out.returncode == 0, out.stderr
     # One line: the folder, the score, how to evaluate.
     assert out.stdout.strip().splitlines() == [last_line(out.stdout)]
-    assert last_line(out.stdout).startswith(f"{run_dir}: return ")
+    assert last_line(out.stdout).startswith(f"{run_dir}: fittest member ")
     assert last_line(out.stdout).endswith(f"evaluate: python ppo_evolve.py --eval {run_dir}")
     ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=True)  # plain data only
     assert ckpt["format"] == P.FORMAT and ckpt["global_step"] == 6144 and len(ckpt["population"]) == 3
@@ -293,7 +272,8 @@ def test_sigterm_saves_a_whole_generation_exits_143_and_a_moved_run_resumes(tmp_
                          cwd=tmp_path / "other", capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert os.listdir(tmp_path / "other") == []
-    assert last_line(out.stdout).startswith("../elsewhere/first: return ") and "--eval" in last_line(out.stdout)
+    assert last_line(out.stdout).startswith("../elsewhere/first: fittest member ")
+    assert "--eval" in last_line(out.stdout)
     ckpt = torch.load(moved / "checkpoint.pt", weights_only=True)
     assert ckpt["global_step"] == 30720
     rows = read_csv(moved / "population.csv")
@@ -313,7 +293,7 @@ def test_every_update_steps_each_member_with_its_own_hyperparameters(tmp_path, m
     assert len(calls) == 6 * 4 * 4  # 6 updates (2 generations x 3 members x 1 rollout), 4 epochs of 4 minibatches
     rows = read_csv(tmp_path / "population.csv")  # in the order the members trained
     expected = [(row["clip_coef"], row["ent_coef"]) for row in rows for _ in range(4 * 4)]
-    assert np.allclose(calls, expected, rtol=1e-12)
+    assert np.allclose(calls, expected, rtol=1e-5)  # population.csv holds 6 digits
 
 
 @pytest.mark.slow
@@ -372,8 +352,43 @@ def test_a_crash_mid_generation_leaves_the_last_whole_generations_checkpoint(tmp
 @pytest.mark.slow
 def test_learns_cartpole_to_its_reward_threshold(tmp_path):
     # The default run, seed 1: it stops once the best fitness reaches CartPole's reward_threshold (475), well
-    # inside its 600k-step budget. Measured: 266,240 steps (generation 4); random search (--no-evolve): 368,640.
+    # inside its 600k-step budget. Measured: in generation 5, after 368,640 steps (the best fitness of generation
+    # 0 was 166); without evolution (--no-evolve) the same seed first reached 475 after 552,960 steps.
     P.train(P.parse_args(["--seed", "1", "--run-dir", str(tmp_path)]))
     rows = np.genfromtxt(tmp_path / "population.csv", delimiter=",", names=True, dtype=None, encoding=None)
     best = [rows["fitness"][rows["generation"] == g].max() for g in np.unique(rows["generation"])]
     assert best[0] < 475 <= best[-1] and rows["global_step"][-1] < 600_000, best
+
+
+def test_the_stopping_target_is_the_tasks_own_unless_given(tmp_path, monkeypatch):
+    # CartPole-v1 registers a reward threshold of 475 and Acrobot-v1 of -100; tiny_tasks' MatchMultiBinary-v0
+    # registers none, so its run trains the whole budget; --target overrides any. Seen where the loop compares
+    # the best fitness with the target.
+    compared = []
+
+    class Fitness(float):
+        def __lt__(self, target):
+            compared.append(target)
+            return False  # as if the target were reached: the run ends at once
+
+    monkeypatch.setattr(P, "fittest", lambda members: dict(fitness=Fitness(0), id=0))
+    cases = [("CartPole-v1", [], 475.0), ("Acrobot-v1", [], -100.0),
+             ("tiny_tasks:MatchMultiBinary-v0", [], float("inf")), ("CartPole-v1", ["--target", "100"], 100.0)]
+    for i, (env_id, target, expected) in enumerate(cases):
+        P.train(P.parse_args(["--env-id", env_id, *target, "--run-dir", str(tmp_path / str(i))]))
+        assert compared[-1] == expected, env_id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["MatchMultiBinary-v0", "MatchMultiDiscrete-v0"])
+def test_a_small_population_learns_a_multibinary_and_a_multidiscrete_task(tmp_path, task):
+    # Tasks of the tests' own (tiny_tasks.py): each step shows a target action; the reward is the share of the
+    # action's parts that match it, 16 steps an episode. A random policy earns 8 on MultiBinary(4) and 4.7 on
+    # MultiDiscrete([3, 4]). Seed 1, 4 members, 4 generations of 4,096 steps each, gamma 0.5 (the reward is
+    # immediate). Measured: the best fitness of the first generation 8.7 and 5.6, of the last 14.1 and 15.9.
+    P.train(P.parse_args(["--env-id", f"tiny_tasks:{task}", "--gamma", "0.5", "--pop-size", "4",
+                          "--evo-steps", "4096", "--total-timesteps", "65536", "--eval-episodes", "4",
+                          "--run-dir", str(tmp_path)]))
+    rows = read_csv(tmp_path / "population.csv")
+    best = [rows["fitness"][rows["generation"] == g].max() for g in range(4)]
+    assert best[0] < 10 and best[-1] >= 13, best

