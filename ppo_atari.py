@@ -199,7 +199,8 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
 def minibatch_step(agent, optimizer, args, batch, clip_coef, mb_inds):
     """One gradient step on the rows mb_inds of the batch
     -> loss, stats. update() calls it, or replays it."""
-    mb = {k: x[mb_inds] for k, x in batch.items()}
+    # The rollout's (num_steps, num_envs) become rows.
+    mb = {k: x.flatten(0, 1)[mb_inds] for k, x in batch.items()}
     *_, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
     advantages = mb["advantages"]
     if args.norm_adv:
@@ -220,25 +221,17 @@ def minibatch_step(agent, optimizer, args, batch, clip_coef, mb_inds):
     optimizer.step()
     return loss.detach(), stats
 
-def update(agent, optimizer, args, batch, clip_coef, graph):
+def update(learn, args, rows, device):
     """Epochs of minibatch steps on a rollout -> mean stats.
-    [core-6] Each epoch takes the rollout in a new random
-    order, one gradient step per minibatch. With graph, on a
-    GPU, the step is recorded once and replayed (cuda_graph
-    below): the same numbers, without Python's overhead."""
-    batch = {k: x.flatten(0, 1) for k, x in batch.items()}
-    device = batch["obs"].device
-    size = len(batch["obs"]) // args.num_minibatches
-    step = partial(minibatch_step, agent, optimizer, args, batch, clip_coef)
-    # Recorded anew each update: a recording keeps the learning
-    # rate and the clip range it read, and both change.
-    if graph:
-        step = cuda_graph(step, torch.zeros(size, dtype=int, device=device))
+    [core-6] Each epoch takes the rollout's rows in a new
+    random order, one gradient step per minibatch, by learn:
+    minibatch_step, or on a GPU its recording (cuda_graph
+    below), the same numbers without Python's overhead."""
     stats = []
     for epoch in range(args.update_epochs):
-        shuffled = torch.randperm(len(batch["obs"]), device=device)
-        for mb_inds in shuffled.split(size):
-            loss, mb_stats = step(mb_inds)
+        shuffled = torch.randperm(rows, device=device)
+        for mb_inds in shuffled.split(rows // args.num_minibatches):
+            loss, mb_stats = learn(mb_inds)
             # Copied now: the next replay overwrites its outputs.
             stats.append(torch.stack([loss, *mb_stats.values()]))
         # [aux-3] With --target-kl, the epochs stop once the
@@ -246,6 +239,24 @@ def update(agent, optimizer, args, batch, clip_coef, graph):
         if args.target_kl is not None and mb_stats["approx_kl"] > args.target_kl:
             break
     return dict(zip(["loss", *mb_stats], torch.stack(stats).mean(0).tolist()))
+
+def make_learner(args, envs, device, graphs, ckpt):
+    """-> agent, Adam, lr, clip range (restored from ckpt)."""
+    agent = Agent(envs, args).to(device, memory_format=torch.channels_last)
+    # The learning rate and the clip range are tensors which
+    # train() fills in place: a recorded update reads them anew.
+    # float64, as Python's floats: a CPU's numbers are a float's.
+    lr = torch.tensor(0.0, dtype=torch.float64, device=device)
+    clip_coef = torch.tensor(0.0, dtype=torch.float64, device=device)
+    # [core-3] Adam's eps is 1e-5, as in OpenAI's code; a
+    # capturable Adam can be recorded in a CUDA graph.
+    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=graphs)
+    if ckpt:
+        agent.load_state_dict(ckpt["model"])
+        ckpt["optimizer"]["param_groups"][0]["capturable"] = graphs  # this run's
+        optimizer.load_state_dict(ckpt["optimizer"])
+        optimizer.param_groups[0]["lr"] = lr  # not the saved copy
+    return agent, optimizer, lr, clip_coef
 
 def train(args):
     # ---- 1. setup
@@ -255,19 +266,10 @@ def train(args):
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.num_envs)
     graphs = args.cuda_graphs and device.type == "cuda"
-    agent = Agent(envs, args).to(device, memory_format=torch.channels_last)
-    # [core-3] Adam's eps is 1e-5, as in OpenAI's code; a
-    # capturable Adam can be recorded in a CUDA graph.
-    optimizer = torch.optim.Adam(
-        agent.parameters(), lr=args.learning_rate, eps=1e-5, capturable=graphs)
     ckpt = load_checkpoint(args.resume) if args.resume else {}
-    if ckpt:
-        agent.load_state_dict(ckpt["model"])
-        ckpt["optimizer"]["param_groups"][0]["capturable"] = graphs  # this run's
-        optimizer.load_state_dict(ckpt["optimizer"])
+    agent, optimizer, lr, clip_coef = make_learner(args, envs, device, graphs, ckpt)
     iteration = ckpt.get("iteration", 0)  # updates done
     global_step = iteration * batch_size
-    eager = iteration  # this update runs unrecorded (below)
     # The rollout, (num_steps, num_envs, ...) each.
     shape = (args.num_steps, args.num_envs)
     on_device = partial(torch.as_tensor, device=device)
@@ -276,30 +278,29 @@ def train(args):
     logprobs = torch.zeros(shape, device=device)
     values = torch.zeros(shape, device=device)
     bootstraps = torch.zeros(shape, device=device)  # gamma V(final)
+    advantages = torch.zeros(shape, device=device)
+    returns = torch.zeros(shape, device=device)
     rewards = np.zeros(shape, np.float32)
     dones = np.zeros(shape, np.float32)
     next_obs, info = envs.reset(seed=args.seed + iteration * args.num_envs)  # resume: new seeds
     next_done = np.zeros(args.num_envs, bool)
     frames = info["episode_frame_number"].copy()
     policy = torch.no_grad()(agent.get_action_and_value)
+    batch = dict(obs=obs, actions=actions, logprobs=logprobs,
+                 advantages=advantages, returns=returns, values=values)
+    learn = partial(minibatch_step, agent, optimizer, args, batch, clip_coef)
 
     with Run(args, num_iterations * batch_size, ckpt) as run:
         while iteration < num_iterations and not run.stop:
-            # [core-4, aux-1] The learning rate and the clip range
-            # fall linearly to 0, functions of the iteration, so
-            # a resumed run goes on where it stopped.
+            # [core-4, aux-1] The learning rate and the clip range fall
+            # linearly to 0 with the iteration: a resume goes on alike.
             frac = 1.0 - iteration / num_iterations
-            lr = args.learning_rate * (frac if args.anneal_lr else 1.0)
-            optimizer.param_groups[0]["lr"] = lr
-            clip_coef = args.clip_coef * (frac if args.anneal_clip else 1.0)
-            # The first update runs eagerly: it warms up cuDNN and
-            # creates Adam's state, which a recording must not do.
-            if graphs and iteration == eager + 1:  # recorded once
-                policy = cuda_graph(policy, obs[0].clone())
+            lr.fill_(args.learning_rate * (frac if args.anneal_lr else 1.0))
+            clip_coef.fill_(args.clip_coef * (frac if args.anneal_clip else 1.0))
             # ---- 2. rollout
             bootstraps.zero_()
             for step in range(args.num_steps):
-                obs[step] = on_device(next_obs)
+                obs[step] = torch.from_numpy(next_obs)  # copied in place
                 dones[step] = next_done
                 actions[step], logprobs[step], _, values[step] = policy(obs[step])
                 action = actions[step].cpu().numpy()
@@ -319,22 +320,26 @@ def train(args):
                 if cut.any():
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
                     bootstraps[step, cut] = args.gamma * agent.get_value(final_obs)
-            # ---- 3. advantages
-            advantages, returns = compute_gae(on_device(rewards) + bootstraps, values,
+            # ---- 3. advantages, into the tensors of the batch
+            advantages[:], returns[:] = compute_gae(on_device(rewards) + bootstraps, values,
                 on_device(dones), agent.get_value(on_device(next_obs)),
                 on_device(next_done), args.gamma, args.gae_lambda)
             # ---- 4. update
-            means = update(agent, optimizer, args, dict(obs=obs, actions=actions, logprobs=logprobs,
-                           advantages=advantages, returns=returns, values=values),
-                           clip_coef, graphs and iteration > eager)
+            means = update(learn, args, batch_size, device)
             if not math.isfinite(means.pop("loss")):
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
+            # The action step and the gradient step are recorded once,
+            # after a first, eager update warmed up cuDNN and made Adam's state.
+            if graphs and isinstance(learn, partial):
+                policy = cuda_graph(policy, obs[0].clone())
+                mb_inds = torch.arange(batch_size // args.num_minibatches, device=device)
+                learn = cuda_graph(learn, mb_inds)
             iteration += 1
             # ---- 5. logging
             state = dict(model=agent.state_dict(), optimizer=optimizer.state_dict(),
                          iteration=iteration, global_step=global_step)
             run.log_update(global_step, state, learning_rate=lr, clip_coef=clip_coef, **means,
-                           explained_variance=1 - ((returns - values).var() / returns.var()).item())
+                           explained_variance=1 - (returns - values).var() / returns.var())
     envs.close()
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
@@ -400,17 +405,17 @@ def pick_device(name, deterministic):
     auto = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(auto if name == "auto" else name)
 
-def cuda_graph(fn, *inputs):
-    """fn(*inputs) recorded, and a function replaying it:
-    no Python, so numbers fn read stay fixed. Replays
-    reuse the outputs: read them before the next."""
+def cuda_graph(fn, example):
+    """fn(example) recorded, and a function replaying it on
+    a new input: no Python, so a number fn read stays fixed,
+    while a tensor it read is read anew. Replays reuse the
+    outputs: read them before the next."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        outputs = fn(*inputs)
+        outputs = fn(example)
 
-    def replay(*new_inputs):
-        for buffer, x in zip(inputs, new_inputs):
-            buffer.copy_(x)
+    def replay(x):
+        example.copy_(x)
         graph.replay()
         return outputs
     return replay
@@ -481,7 +486,8 @@ class Run:
             self.save()
 
     def write(self, name, row):
-        """A CSV row (a header first): 6 digits, ints whole."""
+        """A CSV row (a header first): 6 digits (of a float or
+        a 0-d tensor), ints whole."""
         if self.logs[name].tell() == 0:
             self.logs[name].write(",".join(row) + "\n")
         text = [str(x) if isinstance(x, int) else f"{x:.6g}" for x in row.values()]
@@ -527,8 +533,7 @@ def evaluate(args):
     device = pick_device(args.device, args.torch_deterministic)
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.eval_episodes, life_loss_info=False)  # whole games
-    agent = Agent(envs, args).to(device, memory_format=torch.channels_last)
-    agent.load_state_dict(load_checkpoint(args.eval)["model"])
+    agent = make_learner(args, envs, device, False, load_checkpoint(args.eval))[0]
     obs, _ = envs.reset(seed=args.seed)
     scores = np.zeros(args.eval_episodes)
     over = np.zeros(args.eval_episodes, bool)

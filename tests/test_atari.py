@@ -1,4 +1,5 @@
 """Checks of what only ppo_atari.py has, and short end-to-end runs of its command line."""
+import functools
 import json
 
 import gymnasium as gym
@@ -166,22 +167,43 @@ def test_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
-def test_recorded_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch):
-    # A replayed graph runs no Python, so no spy sees its ppo_loss: read the (loss, *stats) row each replay
-    # returns instead. In the first minibatch of an update the ratio must be 1 (|ratio - 1| < 1e-5 gives an
-    # approx_kl under 5e-11) and nothing clipped; TF32 convolutions fail this, at about 1e-7.
-    rows, record = [], P.cuda_graph
-    def recording(fn, *inputs):
-        replay = record(fn, *inputs)
-        def spy(*new_inputs):
-            out = replay(*new_inputs)
+def test_recorded_update(tmp_path, monkeypatch):
+    # The action step and the update are each recorded once, after the first (eager) update. A replayed graph
+    # runs no Python, so no spy sees its ppo_loss: read the (loss, *stats) row each replay returns instead.
+    rows, recordings, record = [], [], P.cuda_graph
+    def recording(fn, example):
+        replay = record(fn, example)
+        recordings.append((fn, replay))
+        def spy(x):
+            out = replay(x)
             if isinstance(out[1], dict):  # the update's (loss, stats), not the action step's outputs
                 rows.append(torch.stack([out[0], *out[1].values()]))
             return out
         return spy
     monkeypatch.setattr(P, "cuda_graph", recording)
     P.train(P.Args(total_timesteps=1024, run_dir=str(tmp_path), num_envs=4, num_steps=64))
-    assert len(rows) == 3 * 16  # updates 2-4 are recorded (the first runs eagerly), 16 minibatches each
+    assert len(recordings) == 2  # the action step and the update, once each
+    assert len(rows) == 3 * 16  # updates 2-4 replay the recording (the first runs eagerly), 16 minibatches each
+    # In the first minibatch of an update the ratio must be 1 (|ratio - 1| < 1e-5 gives an approx_kl under
+    # 5e-11) and nothing clipped; TF32 convolutions fail this, at about 1e-7.
     for first in rows[::16]:
         assert first[4] < 5e-11 and first[5] == 0  # approx_kl, clipfrac
     assert rows[-1][4] > 1e-9  # later minibatches do move
+    # The learning rate and the clip range change every update, and a recording keeps any number it read:
+    # the replay must read them from the tensors the schedule fills. With a learning rate of 0 a replayed
+    # step leaves the weights as they were, with one of 1e-3 it moves them; the last rollout's ratios are not
+    # 1 after its update, so none is clipped at a clip range of 10 and most are at 0.
+    (fn, replay), = [r for r in recordings if isinstance(r[0], functools.partial)]
+    agent, optimizer, args, batch, clip_coef = fn.args
+    inds = torch.arange(64, device="cuda")  # a minibatch of the last rollout
+    weights = [w.detach().clone() for w in agent.parameters()]
+    optimizer.param_groups[0]["lr"].fill_(0)
+    replay(inds)
+    assert all(torch.equal(w, now) for w, now in zip(weights, agent.parameters()))
+    optimizer.param_groups[0]["lr"].fill_(1e-3)
+    replay(inds)
+    assert not all(torch.equal(w, now) for w, now in zip(weights, agent.parameters()))
+    clip_coef.fill_(10)
+    assert replay(inds)[1]["clipfrac"] == 0
+    clip_coef.fill_(0)
+    assert replay(inds)[1]["clipfrac"] > 0.5
