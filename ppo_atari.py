@@ -221,7 +221,7 @@ def minibatch_step(agent, optimizer, args, batch, clip_coef, mb_inds):
     optimizer.step()
     return loss.detach(), stats
 
-def update(learn, args, rows, device):
+def update(learn, args, batch_size, device):
     """Epochs of minibatch steps on a rollout -> mean stats.
     [core-6] Each epoch takes the rollout's rows in a new
     random order, one gradient step per minibatch, by learn:
@@ -229,8 +229,8 @@ def update(learn, args, rows, device):
     below), the same numbers without Python's overhead."""
     stats = []
     for epoch in range(args.update_epochs):
-        shuffled = torch.randperm(rows, device=device)
-        for mb_inds in shuffled.split(rows // args.num_minibatches):
+        shuffled = torch.randperm(batch_size, device=device)
+        for mb_inds in shuffled.split(batch_size // args.num_minibatches):
             loss, mb_stats = learn(mb_inds)
             # Copied now: the next replay overwrites its outputs.
             stats.append(torch.stack([loss, *mb_stats.values()]))
@@ -240,20 +240,21 @@ def update(learn, args, rows, device):
             break
     return dict(zip(["loss", *mb_stats], torch.stack(stats).mean(0).tolist()))
 
-def make_learner(args, envs, device, graphs, ckpt):
-    """-> agent, Adam, lr, clip range (restored from ckpt)."""
+def make_learner(args, envs, device, ckpt):
+    """-> agent and Adam (from ckpt if any), lr, clip range."""
     agent = Agent(envs, args).to(device, memory_format=torch.channels_last)
     # The learning rate and the clip range are tensors which
     # train() fills in place: a recorded update reads them anew.
-    # float64, as Python's floats: a CPU's numbers are a float's.
+    # float64, like Python's floats: a CPU computes what they did.
     lr = torch.tensor(0.0, dtype=torch.float64, device=device)
     clip_coef = torch.tensor(0.0, dtype=torch.float64, device=device)
     # [core-3] Adam's eps is 1e-5, as in OpenAI's code; a
     # capturable Adam can be recorded in a CUDA graph.
-    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=graphs)
+    cuda = device.type == "cuda"
+    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=cuda)
     if ckpt:
         agent.load_state_dict(ckpt["model"])
-        ckpt["optimizer"]["param_groups"][0]["capturable"] = graphs  # this run's
+        ckpt["optimizer"]["param_groups"][0]["capturable"] = cuda  # this run's
         optimizer.load_state_dict(ckpt["optimizer"])
         optimizer.param_groups[0]["lr"] = lr  # not the saved copy
     return agent, optimizer, lr, clip_coef
@@ -267,7 +268,7 @@ def train(args):
     envs = make_envs(args, args.num_envs)
     graphs = args.cuda_graphs and device.type == "cuda"
     ckpt = load_checkpoint(args.resume) if args.resume else {}
-    agent, optimizer, lr, clip_coef = make_learner(args, envs, device, graphs, ckpt)
+    agent, optimizer, lr, clip_coef = make_learner(args, envs, device, ckpt)
     iteration = ckpt.get("iteration", 0)  # updates done
     global_step = iteration * batch_size
     # The rollout, (num_steps, num_envs, ...) each.
@@ -303,8 +304,7 @@ def train(args):
                 obs[step] = torch.from_numpy(next_obs)  # copied in place
                 dones[step] = next_done
                 actions[step], logprobs[step], _, values[step] = policy(obs[step])
-                action = actions[step].cpu().numpy()
-                next_obs, reward, term, trunc, info = envs.step(action)
+                next_obs, reward, term, trunc, info = envs.step(actions[step].cpu().numpy())
                 next_done = term | trunc
                 global_step += args.num_envs
                 rewards[step] = np.sign(reward)  # [atari-6]
@@ -328,18 +328,18 @@ def train(args):
             means = update(learn, args, batch_size, device)
             if not math.isfinite(means.pop("loss")):
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
-            # The action step and the gradient step are recorded once,
-            # after a first, eager update warmed up cuDNN and made Adam's state.
+            # The action step and the gradient step are recorded once (learn
+            # is a partial until then), after a first, eager update.
             if graphs and isinstance(learn, partial):
                 policy = cuda_graph(policy, obs[0].clone())
-                mb_inds = torch.arange(batch_size // args.num_minibatches, device=device)
-                learn = cuda_graph(learn, mb_inds)
+                rows = torch.arange(batch_size // args.num_minibatches, device=device)
+                learn = cuda_graph(learn, rows)
             iteration += 1
             # ---- 5. logging
             state = dict(model=agent.state_dict(), optimizer=optimizer.state_dict(),
                          iteration=iteration, global_step=global_step)
             run.log_update(global_step, state, learning_rate=lr, clip_coef=clip_coef, **means,
-                           explained_variance=1 - (returns - values).var() / returns.var())
+                           explained_variance=1 - ((returns - values).var() / returns.var()).item())
     envs.close()
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
@@ -408,8 +408,8 @@ def pick_device(name, deterministic):
 def cuda_graph(fn, example):
     """fn(example) recorded, and a function replaying it on
     a new input: no Python, so a number fn read stays fixed,
-    while a tensor it read is read anew. Replays reuse the
-    outputs: read them before the next."""
+    while a tensor it read is read anew (so change those in
+    place). Replays reuse the outputs: read them first."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         outputs = fn(example)
@@ -533,7 +533,7 @@ def evaluate(args):
     device = pick_device(args.device, args.torch_deterministic)
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.eval_episodes, life_loss_info=False)  # whole games
-    agent = make_learner(args, envs, device, False, load_checkpoint(args.eval))[0]
+    agent = make_learner(args, envs, device, load_checkpoint(args.eval))[0]
     obs, _ = envs.reset(seed=args.seed)
     scores = np.zeros(args.eval_episodes)
     over = np.zeros(args.eval_episodes, bool)

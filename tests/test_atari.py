@@ -191,8 +191,8 @@ def test_recorded_update(tmp_path, monkeypatch):
     assert rows[-1][4] > 1e-9  # later minibatches do move
     # The learning rate and the clip range change every update, and a recording keeps any number it read:
     # the replay must read them from the tensors the schedule fills. With a learning rate of 0 a replayed
-    # step leaves the weights as they were, with one of 1e-3 it moves them; the last rollout's ratios are not
-    # 1 after its update, so none is clipped at a clip range of 10 and most are at 0.
+    # step leaves the weights as they were, with one of 1e-3 it moves them. After its update the last
+    # rollout's ratios are near 1 but not exactly 1: a clip range of 10 clips none, one of 0 clips most.
     (fn, replay), = [r for r in recordings if isinstance(r[0], functools.partial)]
     agent, optimizer, args, batch, clip_coef = fn.args
     inds = torch.arange(64, device="cuda")  # a minibatch of the last rollout
@@ -203,6 +203,7 @@ def test_recorded_update(tmp_path, monkeypatch):
     optimizer.param_groups[0]["lr"].fill_(1e-3)
     replay(inds)
     assert not all(torch.equal(w, now) for w, now in zip(weights, agent.parameters()))
+    optimizer.param_groups[0]["lr"].fill_(0)  # the clip checks below move nothing
     clip_coef.fill_(10)
     assert replay(inds)[1]["clipfrac"] == 0
     clip_coef.fill_(0)
