@@ -198,7 +198,7 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
 
 def minibatch_step(agent, optimizer, args, batch, clip_coef, mb_inds):
     """One gradient step on the rows mb_inds of the batch
-    -> loss, stats. update() calls it, or replays it."""
+    -> loss, stats. update() calls it, or its recording."""
     # The rollout's (num_steps, num_envs) become rows.
     mb = {k: x.flatten(0, 1)[mb_inds] for k, x in batch.items()}
     *_, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
@@ -232,7 +232,7 @@ def update(learn, args, batch_size, device):
         shuffled = torch.randperm(batch_size, device=device)
         for mb_inds in shuffled.split(batch_size // args.num_minibatches):
             loss, mb_stats = learn(mb_inds)
-            # Copied now: the next replay overwrites its outputs.
+            # stack copies them: the next replay overwrites them.
             stats.append(torch.stack([loss, *mb_stats.values()]))
         # [aux-3] With --target-kl, the epochs stop once the
         # policy has moved that far from the rollout's.
@@ -243,9 +243,9 @@ def update(learn, args, batch_size, device):
 def make_learner(args, envs, device, ckpt):
     """-> agent and Adam (from ckpt if any), lr, clip range."""
     agent = Agent(envs, args).to(device, memory_format=torch.channels_last)
-    # The learning rate and the clip range are tensors which
-    # train() fills in place: a recorded update reads them anew.
-    # float64, like Python's floats: a CPU computes what they did.
+    # The learning rate and the clip range: tensors that train()
+    # fills in place, so each replay of a recording reads them.
+    # float64, so results match runs that used Python floats.
     lr = torch.tensor(0.0, dtype=torch.float64, device=device)
     clip_coef = torch.tensor(0.0, dtype=torch.float64, device=device)
     # [core-3] Adam's eps is 1e-5, as in OpenAI's code; a
@@ -254,9 +254,9 @@ def make_learner(args, envs, device, ckpt):
     optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=cuda)
     if ckpt:
         agent.load_state_dict(ckpt["model"])
-        ckpt["optimizer"]["param_groups"][0]["capturable"] = cuda  # this run's
+        ckpt["optimizer"]["param_groups"][0]["capturable"] = cuda  # this device's, not the file's
         optimizer.load_state_dict(ckpt["optimizer"])
-        optimizer.param_groups[0]["lr"] = lr  # not the saved copy
+        optimizer.param_groups[0]["lr"] = lr  # the load put in a copy
     return agent, optimizer, lr, clip_coef
 
 def train(args):
@@ -294,7 +294,7 @@ def train(args):
     with Run(args, num_iterations * batch_size, ckpt) as run:
         while iteration < num_iterations and not run.stop:
             # [core-4, aux-1] The learning rate and the clip range fall
-            # linearly to 0 with the iteration: a resume goes on alike.
+            # linearly to 0 with the iteration; a resumed run goes on.
             frac = 1.0 - iteration / num_iterations
             lr.fill_(args.learning_rate * (frac if args.anneal_lr else 1.0))
             clip_coef.fill_(args.clip_coef * (frac if args.anneal_clip else 1.0))
@@ -328,9 +328,9 @@ def train(args):
             means = update(learn, args, batch_size, device)
             if not math.isfinite(means.pop("loss")):
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
-            # The action step and the gradient step are recorded once (learn
-            # is a partial until then), after a first, eager update.
-            if graphs and isinstance(learn, partial):
+            # After one eager update (it made Adam's state and warmed up
+            # cuDNN) the action step and the gradient step are recorded.
+            if graphs and isinstance(learn, partial):  # not recorded yet
                 policy = cuda_graph(policy, obs[0].clone())
                 rows = torch.arange(batch_size // args.num_minibatches, device=device)
                 learn = cuda_graph(learn, rows)
@@ -406,10 +406,10 @@ def pick_device(name, deterministic):
     return torch.device(auto if name == "auto" else name)
 
 def cuda_graph(fn, example):
-    """fn(example) recorded, and a function replaying it on
-    a new input: no Python, so a number fn read stays fixed,
-    while a tensor it read is read anew (so change those in
-    place). Replays reuse the outputs: read them first."""
+    """Records fn(example), running nothing yet -> replay(x),
+    which copies x into example and runs the recording: no
+    Python, so numbers fn read stay fixed, tensors are read
+    anew (change them in place); replays reuse outputs."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         outputs = fn(example)
