@@ -50,10 +50,15 @@ from tqdm import tqdm
 torch.distributions.Distribution.set_default_validate_args(False)
 SCRIPT = "ppo_evolve"  # in every checkpoint
 FORMAT = 4  # the checkpoint's layout
-# The evolved hyperparameters and their ranges; the first
-# members draw them log-uniformly, some far from good values.
-HPARAMS = dict(learning_rate=(1e-5, 1e-2), ent_coef=(1e-4, 0.1),
-               clip_coef=(0.05, 0.5), gae_lambda=(0.8, 1.0))
+# The evolved hyperparameters and their ranges, around the
+# values PPO is known to work with. The first members draw
+# them log-uniformly; mutation keeps them inside. Lower
+# learning rates barely learn, yet while every member is
+# poor a slow one can win the early tournaments and fill the
+# population, and x0.8 or x1.2 a generation climbs back out
+# slowly.
+HPARAMS = dict(learning_rate=(1e-4, 3e-3), ent_coef=(1e-4, 0.03),
+               clip_coef=(0.1, 0.3), gae_lambda=(0.9, 1.0))
 
 @dataclass
 class Args:  # --help: the comment after each field
@@ -371,9 +376,15 @@ def next_generation(population, generation, args):
         drawn = rng.choice(population, args.tournament_size)
         parent = fittest(drawn)
         child = copy.deepcopy(parent)
-        # Its mutation: one hyperparameter x0.8 or x1.2.
+        # Its mutation: one hyperparameter x0.8 or x1.2. GAE's
+        # lambda goes through 1 - lambda, the inverse of its
+        # horizon, so that it too moves a little: 0.95 becomes
+        # 0.94 or 0.96, where x1.2 would jump past 1.
         mutation = str(rng.choice(list(HPARAMS)))
-        value = child["hparams"][mutation] * rng.choice([0.8, 1.2])
+        factor = rng.choice([0.8, 1.2])
+        value = child["hparams"][mutation] * factor
+        if mutation == "gae_lambda":
+            value = 1 - (1 - child["hparams"][mutation]) * factor
         child["hparams"][mutation] = float(np.clip(value, *HPARAMS[mutation]))
         members.append(dict(child, id=generation * args.pop_size + place,
                             parent=parent["id"], mutation=mutation, fitness=-math.inf))
