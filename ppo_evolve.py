@@ -49,7 +49,7 @@ from tqdm import tqdm
 # end in the non-finite loss message, not a traceback.
 torch.distributions.Distribution.set_default_validate_args(False)
 SCRIPT = "ppo_evolve"  # in every checkpoint
-FORMAT = 4  # the checkpoint's layout
+FORMAT = 5  # the checkpoint's layout
 # The evolved hyperparameters and their ranges, around the
 # values PPO is known to work with. The first members draw
 # them log-uniformly; mutation keeps them inside. Lower
@@ -83,7 +83,7 @@ class Args:  # --help: the comment after each field
     run_dir: str = ""  # The run's folder (default: runs/...).
     save_interval: float = 300.0  # Seconds between checkpoints.
     resume: str = ""  # Continue the run in this folder.
-    eval: str = ""  # Play the fittest member of this run.
+    eval: str = ""  # Play the fittest member this run scored.
     eval_episodes: int = 10  # Episodes of a fitness, and of --eval.
     deterministic: bool = False  # Play the likeliest action.
     gif: str = ""  # With --eval: write the first episode to this GIF.
@@ -366,8 +366,8 @@ def next_generation(population, generation, args):
     """The elite, then mutated copies of tournament winners."""
     # Seeded by the generation, so a resumed run draws the same.
     rng = np.random.default_rng([args.seed, generation])
-    # The fittest member, the elite, keeps its place and its
-    # weights and trains on: the best policy is never lost.
+    # The fittest member, the elite, keeps its place, its
+    # weights and its Adam state, and trains on.
     members = [fittest(population)]
     for place in range(1, args.pop_size):
         # A tournament: members of the last generation drawn at
@@ -407,6 +407,7 @@ def train(args):
         hparams={k: float(np.exp(rng.uniform(*np.log(r)))) for k, r in HPARAMS.items()})
         for i in range(args.pop_size)]
     global_step = ckpt.get("global_step", 0)  # all members'
+    best = ckpt.get("best", population[0])  # unscored: -inf
     total = math.ceil(args.total_timesteps / steps) * steps
     with Run(args, total, ckpt) as run:
         # A stop waits for the generation, saved whole.
@@ -422,8 +423,12 @@ def train(args):
                 trained.append(train_member(member, args, generation, global_step, run))
                 global_step += member_steps
             population = trained
-            run.best = fittest(population)
-            run.state = dict(population=population, global_step=global_step)
+            # The fittest member ever scored is kept apart, as it
+            # was when scored: the elite trains on, and training
+            # can make it worse. --eval plays this one.
+            best = fittest([best, *population])
+            run.best = best
+            run.state = dict(population=population, global_step=global_step, best=best)
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
 # Flags --eval may set; the others are the checkpoint's.
@@ -529,7 +534,7 @@ class Run:
         self.bar = tqdm(total=total_steps, initial=done, unit="step")
         self.score = np.zeros(args.num_envs)
         self.length = np.zeros(args.num_envs, int)
-        self.best = None  # the last generation's fittest
+        self.best = ckpt.get("best")  # the fittest scored
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
         for s in [signal.SIGINT, signal.SIGTERM]:
@@ -614,7 +619,7 @@ def evaluate(args):
     """--eval: the fittest member, one episode per env."""
     device = pick_device(args.device)
     torch.manual_seed(args.seed)
-    best = fittest(load_checkpoint(args.eval)["population"])
+    best = load_checkpoint(args.eval)["best"]
     envs = make_envs(args, 1)  # for the agent's sizes
     agent = build(best, envs, args, device)[0]
     envs.close()

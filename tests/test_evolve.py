@@ -290,6 +290,23 @@ def test_sigterm_saves_a_whole_generation_exits_143_and_a_moved_run_resumes(tmp_
 
 
 @pytest.mark.slow
+def test_the_fittest_member_ever_scored_is_kept_as_it_was_and_eval_plays_it(tmp_path, monkeypatch, capsys):
+    # Fitness that falls after generation 0 stands in for a population that training makes worse: the member to
+    # keep is generation 0's fittest (member 1, 30) with the weights it was scored with, not the elite that
+    # trained on from it and then scored 5.
+    scores = iter([10.0, 30.0, 20.0, 5.0, 1.0, 2.0])
+    monkeypatch.setattr(P, "play", lambda *_: np.array([[next(scores)] * 4, [8] * 4]))
+    P.train(P.parse_args([*TINY, "--run-dir", str(tmp_path)]))
+    assert last_line(capsys.readouterr().out).startswith(f"{tmp_path}: fittest member 1, fitness 30.0 ")
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    best, elite = ckpt["best"], ckpt["population"][0]
+    assert (best["id"], best["fitness"], elite["id"], elite["fitness"]) == (1, 30.0, 1, 5.0)
+    assert not all(torch.equal(best["model"][k], v) for k, v in elite["model"].items())
+    out = run("--eval", str(tmp_path), "--eval-episodes", "2")
+    assert out.returncode == 0 and last_line(out.stdout).startswith("member 1, 2 episodes: "), out.stderr
+
+
+@pytest.mark.slow
 def test_every_update_steps_each_member_with_its_own_hyperparameters(tmp_path, monkeypatch):
     calls, loss = [], P.ppo_loss  # a spy: the clip range and entropy coefficient of every minibatch step
     monkeypatch.setattr(P, "ppo_loss", lambda **kw: calls.append((kw["clip_coef"], kw["ent_coef"])) or loss(**kw))
