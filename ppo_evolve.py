@@ -15,8 +15,8 @@ training. The fittest member keeps its place and trains on;
 the other places go to copies of tournament winners, their
 weights and Adam's state included, each with one
 hyperparameter mutated. It trains on any gymnasium task
-with a flat Box observation and Discrete, MultiDiscrete or
-MultiBinary actions.
+with a flat Box observation, Discrete, MultiDiscrete or
+MultiBinary actions and a time limit.
 
 Tags such as [core-7] number the details of "The 37
 Implementation Details of PPO" (Huang et al., 2022), listed
@@ -243,10 +243,11 @@ def update(agent, optimizer, args, batch):
     return dict(zip(["loss", *mb_stats], torch.stack(stats).mean(0).tolist()))
 
 # A member is a dict of plain data, as the checkpoint holds
-# it: id (generation x pop_size + its place in the list),
-# parent's id, mutation, fitness (-inf until scored), its
-# hparams, and the state dicts of its agent ("model") and
-# of Adam ("adam"), both empty until it first trains.
+# it: id (given where it is made: generation x pop_size +
+# its place; the elite keeps its id), parent's id, mutation,
+# fitness (-inf until scored), its hparams, and the state
+# dicts of its agent ("model") and of Adam ("adam"), both
+# empty until it first trains.
 def build(member, envs, args, device):
     """The member's agent and Adam, from copies of its state."""
     agent = Agent(envs, args).to(device)
@@ -487,12 +488,15 @@ def task_rules(args):
         return [("env_id", f"a task gymnasium can make ({e!r})", False)]
     obs_space = envs.single_observation_space
     space = envs.single_action_space
+    limit = envs.envs[0].spec.max_episode_steps
     envs.close()
     names = ", ".join(s.__name__ for s in SPACES)
     return [("env_id", f"a task with a flat Box observation, not {obs_space}",
              isinstance(obs_space, Box) and len(obs_space.shape) == 1),
             ("env_id", f"a task with {names} actions, not {space}",
-             isinstance(space, SPACES) and len(space.shape) <= 1)]
+             isinstance(space, SPACES) and len(space.shape) <= 1),
+            # Without a time limit a fitness game might never end.
+            ("env_id", "a task with a time limit (max_episode_steps)", limit is not None)]
 
 def pick_device(name):
     # One torch thread: these small networks run faster so,

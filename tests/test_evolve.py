@@ -158,6 +158,7 @@ def test_tournament_winners_are_the_fitter_members():
     (["--env-id", "FrozenLake-v1"], "--env-id"),  # Discrete observations
     (["--env-id", "Pendulum-v1"], "--env-id"),  # Box actions: ppo_lstm.py, ppo_continuous.py
     (["--env-id", "tiny_tasks:TupleActions-v0"], "--env-id"),  # a space no script here has
+    (["--env-id", "tiny_tasks:MatchForever-v0"], "--env-id"),  # no time limit: a fitness game might never end
     (["--env-id", "no_such_module:Task-v0"], "--env-id"),
     (["--eval-episodes", "0"], "--eval-episodes"),
     (["--num-steps", "-1"], "--num-steps"),

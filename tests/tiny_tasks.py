@@ -47,3 +47,4 @@ gym.register("MatchMultiBinary-v0", lambda **kw: Match(MultiBinary(4), **kw), ma
 gym.register("MatchMultiDiscrete-v0", lambda **kw: Match(MultiDiscrete([3, 4]), **kw), max_episode_steps=16)
 gym.register("MatchDiscreteFrom1-v0", lambda **kw: Match(Discrete(3, start=1), **kw), max_episode_steps=16)
 gym.register("TupleActions-v0", TupleActions, max_episode_steps=16)
+gym.register("MatchForever-v0", lambda **kw: Match(Discrete(2), **kw))  # no time limit
