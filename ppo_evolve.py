@@ -14,7 +14,8 @@ that the hyperparameters follow a schedule found while
 training. The fittest member keeps its place and trains on;
 the other places go to copies of tournament winners, their
 weights and Adam's state included, each with one
-hyperparameter mutated. It trains on any gymnasium task
+hyperparameter mutated. The fittest member ever scored is
+kept as it was, for --eval. It trains on any gymnasium task
 with a flat Box observation, Discrete, MultiDiscrete or
 MultiBinary actions and a time limit.
 
@@ -408,7 +409,7 @@ def train(args):
         hparams={k: float(np.exp(rng.uniform(*np.log(r)))) for k, r in HPARAMS.items()})
         for i in range(args.pop_size)]
     global_step = ckpt.get("global_step", 0)  # all members'
-    best = ckpt.get("best", population[0])  # unscored: -inf
+    best = ckpt.get("best", population[0])  # -inf until scored
     total = math.ceil(args.total_timesteps / steps) * steps
     with Run(args, total, ckpt) as run:
         # A stop waits for the generation, saved whole.
@@ -538,7 +539,7 @@ class Run:
         self.bar = tqdm(total=total_steps, initial=done, unit="step")
         self.score = np.zeros(args.num_envs)
         self.length = np.zeros(args.num_envs, int)
-        self.best = ckpt.get("best")  # the fittest scored
+        self.best = ckpt.get("best")  # the fittest ever scored
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
         for s in [signal.SIGINT, signal.SIGTERM]:
