@@ -373,8 +373,8 @@ def next_generation(population, generation, args):
     members = [fittest(population)]
     for place in range(1, args.pop_size):
         # A tournament: members of the last generation drawn at
-        # random, with replacement, the elite among them; the
-        # fittest of those drawn is copied.
+        # random, with replacement (the elite can be drawn too);
+        # the fittest of those drawn is copied.
         drawn = rng.choice(population, args.tournament_size)
         parent = fittest(drawn)
         child = copy.deepcopy(parent)
