@@ -53,11 +53,11 @@ SCRIPT = "ppo_evolve"  # in every checkpoint
 FORMAT = 5  # the checkpoint's layout
 # The evolved hyperparameters and their ranges, around the
 # values PPO is known to work with. The first members draw
-# them log-uniformly; mutation keeps them inside. Lower
-# learning rates barely learn, yet while every member is
-# poor a slow one can win the early tournaments and fill the
-# population, and x0.8 or x1.2 a generation climbs back out
-# slowly.
+# them log-uniformly; mutation keeps them inside. The rate
+# stops at 1e-4: lower ones barely learn, yet while all are
+# poor a slow member can win early tournaments and fill the
+# population, which mutations of x0.8 or x1.2 a generation
+# then lead back up only slowly.
 HPARAMS = dict(learning_rate=(1e-4, 3e-3), ent_coef=(1e-4, 0.03),
                clip_coef=(0.1, 0.3), gae_lambda=(0.9, 1.0))
 
@@ -278,7 +278,7 @@ def train_member(member, args, generation, global_step, run):
     device = pick_device(args.device)
     envs = make_envs(args, args.num_envs)
     agent, optimizer = build(member, envs, args, device)
-    args = argparse.Namespace(**vars(args), **member["hparams"])  # its own
+    args = argparse.Namespace(**vars(args), **member["hparams"])  # + its hyperparameters
     run.new_member()  # its envs start new episodes
     # The rollout, (num_steps, num_envs, ...) each.
     shape = (args.num_steps, args.num_envs)
@@ -416,7 +416,7 @@ def train(args):
         while global_step < total and not run.stop \
                 and fittest(population)["fitness"] < target:
             generation = global_step // steps
-            # ---- 7. selection and mutation, once all are scored
+            # ---- 7. selection and mutation, on the last generation's scores
             if args.evolve and generation:
                 population = next_generation(population, generation, args)
             # ---- 8. training and fitness, member by member
