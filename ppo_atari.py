@@ -245,7 +245,7 @@ def make_learner(args, envs, device, ckpt):
     agent = Agent(envs, args).to(device, memory_format=torch.channels_last)
     # The learning rate and the clip range: tensors that train()
     # fills in place, so each replay of a recording reads them.
-    # float64, so results match runs that used Python floats.
+    # float64, a Python float's precision, so nothing rounds.
     lr = torch.tensor(0.0, dtype=torch.float64, device=device)
     clip_coef = torch.tensor(0.0, dtype=torch.float64, device=device)
     # [core-3] Adam's eps is 1e-5, as in OpenAI's code; a
@@ -406,10 +406,10 @@ def pick_device(name, deterministic):
     return torch.device(auto if name == "auto" else name)
 
 def cuda_graph(fn, example):
-    """Records fn(example), running nothing yet -> replay(x),
-    which copies x into example and runs the recording: no
-    Python, so numbers fn read stay fixed, tensors are read
-    anew (change them in place); replays reuse outputs."""
+    """Records fn(example), running nothing yet -> replay(x):
+    x goes into example, the recording runs without Python:
+    numbers fn read stay fixed, tensors are read anew (change
+    them in place), random draws are new; outputs are reused."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         outputs = fn(example)
