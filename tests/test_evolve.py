@@ -104,6 +104,15 @@ def test_build_loads_copies_so_training_leaves_the_member_as_it_was():
                    for i, p in enumerate(agent.parameters()))  # the optimizer did move its own
 
 
+def test_envs_can_draw_only_for_a_gif():
+    # A task given a render mode may do drawing work in every step (LunarLander adds a Box2D body per engine puff,
+    # and steps 2.4 times slower), so training and fitness envs get none; --gif's get "rgb_array".
+    for gif, mode in [("", None), ("game.gif", "rgb_array")]:
+        envs = P.make_envs(P.Args(gif=gif), 2)
+        assert [env.render_mode for env in envs.envs] == [mode, mode]
+        envs.close()
+
+
 def test_a_mutation_moves_one_hyperparameter_a_little_within_its_range():
     # A copy's mutated hyperparameter is its parent's x0.8 or x1.2, cut back into its range; GAE's lambda moves
     # through 1 - lambda, so that from inside its range it stays inside (x1.2 on 0.95 would jump past 1). The
