@@ -535,8 +535,8 @@ def evaluate(args):
     envs = make_envs(args, args.eval_episodes, life_loss_info=False)  # whole games
     agent = make_learner(args, envs, device, load_checkpoint(args.eval))[0]
     obs, _ = envs.reset(seed=args.seed)
-    scores = np.zeros(args.eval_episodes)
-    over = np.zeros(args.eval_episodes, bool)
+    scores = np.zeros(envs.num_envs)
+    over = np.zeros(envs.num_envs, bool)
     frames = []  # episode 0's, 3x as big
     while not over.all():  # each has a frame cap
         frames += [obs[0, -1].repeat(3, 0).repeat(3, 1)] if args.gif and not over[0] else []

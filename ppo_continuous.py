@@ -94,7 +94,7 @@ class RunningNorm(nn.Module):
         super().__init__()
         self.mean = nn.Buffer(torch.zeros(shape).double())
         self.var = nn.Buffer(torch.ones(shape).double())
-        self.count = nn.Buffer(torch.tensor(1e-4, dtype=torch.float64))  # not 0: no 0/0
+        self.count = nn.Buffer(torch.tensor(1e-4, dtype=torch.double))  # not 0: no 0/0
 
     def update(self, x):  # x: (batch, *shape)
         # A batch's mean and variance merged into the totals,
@@ -536,8 +536,8 @@ def evaluate(args):
     agent = Agent(envs, args).to(device)
     agent.load_state_dict(load_checkpoint(args.eval)["model"])
     obs, _ = envs.reset(seed=args.seed)
-    scores = np.zeros(args.eval_episodes)
-    over = np.zeros(args.eval_episodes, bool)
+    scores = np.zeros(envs.num_envs)
+    over = np.zeros(envs.num_envs, bool)
     frames = []  # episode 0's
     while not over.all():  # each has a time limit
         frames += [envs.envs[0].render()] if args.gif and not over[0] else []

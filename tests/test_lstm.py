@@ -46,6 +46,15 @@ def step_by_step(agent, lstm, x, state, done):
     return torch.cat(outputs).flatten(0, 1), (h, c)
 
 
+def test_envs_can_draw_only_for_a_gif():
+    # A task given a render mode may do drawing work in every step (LunarLander adds a Box2D body per engine puff,
+    # and steps 2.4 times slower), so training envs get none; --gif's get "rgb_array".
+    for gif, mode in [("", None), ("game.gif", "rgb_array")]:
+        envs = P.make_envs(P.Args(gif=gif), 2)
+        assert [env.render_mode for env in envs.envs] == [mode, mode]
+        envs.close()
+
+
 def test_states_reset_where_an_episode_starts_and_only_there():
     torch.manual_seed(0)
     agent = make_agent()
