@@ -370,8 +370,9 @@ def next_generation(population, generation, args):
     # Seeded by the generation, so a resumed run draws the same.
     rng = np.random.default_rng([args.seed, generation])
     # The fittest member, the elite, keeps its place, its
-    # weights and its Adam state, and trains on.
-    members = [fittest(population)]
+    # weights, Adam's state and hyperparameters, and trains
+    # on; population.csv gives "elite" as its mutation.
+    members = [dict(fittest(population), mutation="elite")]
     for place in range(1, args.pop_size):
         # A tournament: members of the last generation drawn at
         # random, with replacement (the elite can be drawn too);

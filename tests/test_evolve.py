@@ -145,6 +145,7 @@ def test_the_elite_survives_a_generation_unchanged():
     new = P.next_generation(population, 1, args)
     elite = new[0]
     assert elite["id"] == 1 and elite["hparams"] == before["hparams"] and elite["fitness"] == 50.0
+    assert elite["mutation"] == "elite" and elite["parent"] == before["parent"]  # its population.csv row
     assert all(torch.equal(elite["model"][k], v) for k, v in before["model"].items())
     assert all(torch.equal(adam_tensors(elite)[key], v) for key, v in adam_tensors(before).items())
     assert [m["id"] for m in new[1:]] == [5, 6, 7] and all(m["fitness"] == -float("inf") for m in new[1:])
