@@ -330,8 +330,9 @@ def train_member(member, args, generation, global_step, run):
                        explained_variance=1 - ((returns - values).var() / returns.var()).item(),
                        member=member["id"])
     envs.close()
-    # The fitness: all members play from the same starts.
-    scores, lengths = play(agent, args, args.seed + generation, device)
+    # The fitness: all members play the same starts, eval_episodes new
+    # seeds each generation, after a first block left for --eval.
+    scores, lengths = play(agent, args, args.seed + (generation + 1) * args.eval_episodes, device)
     member = dict(member, model=agent.cpu().state_dict(), adam=optimizer.state_dict(),
                   fitness=float(scores.mean()))
     run.write("population.csv", dict(
@@ -539,8 +540,6 @@ class Run:
             self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
             self.logs[name].writelines(row + "\n" for row in kept)
         self.bar = tqdm(total=total_steps, initial=done, unit="step")
-        self.score = np.zeros(args.num_envs)
-        self.length = np.zeros(args.num_envs, int)
         self.best = ckpt.get("best")  # the fittest ever scored
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
@@ -553,8 +552,8 @@ class Run:
 
     def new_member(self):
         """A member's envs start anew, and so do the episodes."""
-        self.score[:] = 0
-        self.length[:] = 0
+        self.score = np.zeros(self.args.num_envs)
+        self.length = np.zeros(self.args.num_envs, int)
 
     def episodes(self, global_step, reward, ended):
         """Adds a step's rewards; logs the episodes ended."""
