@@ -330,8 +330,8 @@ def train_member(member, args, generation, global_step, run):
                        explained_variance=1 - ((returns - values).var() / returns.var()).item(),
                        member=member["id"])
     envs.close()
-    # The fitness: all members play the same starts, eval_episodes new
-    # seeds each generation, after a first block left for --eval.
+    # The fitness: all members play the same starts, eval_episodes new seeds
+    # each generation, after the first block (--eval's, for a default run).
     scores, lengths = play(agent, args, args.seed + (generation + 1) * args.eval_episodes, device)
     member = dict(member, model=agent.cpu().state_dict(), adam=optimizer.state_dict(),
                   fitness=float(scores.mean()))

@@ -321,7 +321,9 @@ def test_the_fittest_member_ever_scored_is_kept_as_it_was_and_eval_plays_it(tmp_
 @pytest.mark.slow
 def test_fitness_games_start_anew_each_generation_and_leave_evals_starts_alone(tmp_path, monkeypatch):
     # play(seed) starts env i from seed + i. All members of a generation play the same starts; no two
-    # generations share one; and --eval's starts (its seed, the run's by default, and on) are no fitness game's.
+    # generations share one; and the first block (--eval-episodes seeds from --seed), which --eval plays for a
+    # run made with the defaults (--eval's own --seed and --eval-episodes default to 1 and 10), is no fitness
+    # game's.
     seeds, play = [], P.play
 
     def recording_play(agent, args, seed, device):
