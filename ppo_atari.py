@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 
-if __name__ == "__main__":  # Ctrl-C on import: exit 130
+if __name__ == "__main__":  # Ctrl-C while importing: exit 130, no traceback
     signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ SCRIPT = "ppo_atari"  # in every checkpoint
 FORMAT = 2  # the checkpoint's layout
 
 @dataclass
-class Args:  # --help: the comment after each field
+class Args:  # --help shows the comment after each field
     env_id: str = "Breakout"  # An ALE game (Pong, ALE/Pong-v5).
     total_timesteps: int = 10_000_000  # Steps of the run.
     num_envs: int = 8  # Games stepped side by side.
@@ -147,7 +147,7 @@ class Agent(nn.Module):
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
 # The trap: d_t = dones[t] = 1 says that observation t starts
-# a new episode, so step t-1 ended one and V(s_t) is not its.
+# a new episode, so step t-1 ended one: its target drops V(s_t).
 # V(s_T) = next_value, d_T = next_done, A_T = 0.
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     next_values = torch.cat([values[1:], next_value[None]])

@@ -36,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 
-if __name__ == "__main__":  # Ctrl-C on import: exit 130
+if __name__ == "__main__":  # Ctrl-C while importing: exit 130, no traceback
     signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
 import gymnasium as gym
 import numpy as np
@@ -53,16 +53,16 @@ SCRIPT = "ppo_evolve"  # in every checkpoint
 FORMAT = 5  # the checkpoint's layout
 # The evolved hyperparameters and their ranges, around the
 # values PPO is known to work with. The first members draw
-# them log-uniformly; mutation keeps them inside. The rate
-# stops at 1e-4: lower ones barely learn, yet while all are
-# poor a slow member can win early tournaments and fill the
-# population, which mutations of x0.8 or x1.2 a generation
-# then lead back up only slowly.
+# them log-uniformly; mutation keeps them inside. The rate's
+# floor is 1e-4: lower rates barely learn, yet early on, when
+# all members are poor, such a member can win tournaments by
+# luck and fill the population, and x1.2 a generation would
+# take many generations to bring the rate back up.
 HPARAMS = dict(learning_rate=(1e-4, 3e-3), ent_coef=(1e-4, 0.03),
                clip_coef=(0.1, 0.3), gae_lambda=(0.9, 1.0))
 
 @dataclass
-class Args:  # --help: the comment after each field
+class Args:  # --help shows the comment after each field
     env_id: str = "CartPole-v1"  # A gymnasium task, or module:id.
     total_timesteps: int = 600_000  # Steps of all members together.
     num_envs: int = 8  # Envs each member steps side by side.
@@ -152,7 +152,7 @@ class Agent(nn.Module):
         """x: (B, obs_size); action: (B, ...) to score, or None
         to draw. -> action, log pi(action|x), entropy, V(x)."""
         dist = action_distribution(self.space, self.actor(x))
-        if action is None:  # torch's Bernoulli mode: nan at p 0.5
+        if action is None:  # torch's Bernoulli mode is nan at p 0.5: take 0
             action = dist.mode.nan_to_num(0) if greedy else dist.sample()
         value = self.critic(x).squeeze(-1)
         return action, dist.log_prob(action), dist.entropy(), value
@@ -165,7 +165,7 @@ class Agent(nn.Module):
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
 # The trap: d_t = dones[t] = 1 says that observation t starts
-# a new episode, so step t-1 ended one and V(s_t) is not its.
+# a new episode, so step t-1 ended one: its target drops V(s_t).
 # V(s_T) = next_value, d_T = next_done, A_T = 0.
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     next_values = torch.cat([values[1:], next_value[None]])
@@ -279,7 +279,8 @@ def train_member(member, args, generation, global_step, run):
     device = pick_device(args.device)
     envs = make_envs(args, args.num_envs)
     agent, optimizer = build(member, envs, args, device)
-    args = argparse.Namespace(**vars(args), **member["hparams"])  # + its hyperparameters
+    # From here on, args holds this member's hyperparameters too.
+    args = argparse.Namespace(**vars(args), **member["hparams"])
     run.new_member()  # its envs start new episodes
     # The rollout, (num_steps, num_envs, ...) each.
     shape = (args.num_steps, args.num_envs)
@@ -406,7 +407,7 @@ def train(args):
     target = args.target if args.target is not None else threshold
     target = math.inf if target is None else target
     ckpt = load_checkpoint(args.resume) if args.resume else {}
-    rng = np.random.default_rng([args.seed, 0])
+    rng = np.random.default_rng([args.seed, 0])  # generation 0's draws
     population = ckpt.get("population") or [dict(
         id=i, parent=-1, mutation="new", fitness=-math.inf, model={}, adam={},
         hparams={k: float(np.exp(rng.uniform(*np.log(r)))) for k, r in HPARAMS.items()})
@@ -415,7 +416,7 @@ def train(args):
     best = ckpt.get("best", population[0])  # -inf until scored
     total = math.ceil(args.total_timesteps / steps) * steps
     with Run(args, total, ckpt) as run:
-        # A stop waits for the generation, saved whole.
+        # Ctrl-C or SIGTERM stops the loop after a whole generation.
         while global_step < total and not run.stop \
                 and fittest(population)["fitness"] < target:
             generation = global_step // steps

@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 
-if __name__ == "__main__":  # Ctrl-C on import: exit 130
+if __name__ == "__main__":  # Ctrl-C while importing: exit 130, no traceback
     signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
 import gymnasium as gym
 import numpy as np
@@ -42,7 +42,7 @@ SCRIPT = "ppo_lstm"  # in every checkpoint
 FORMAT = 4  # the checkpoint's layout
 
 @dataclass
-class Args:  # --help: the comment after each field
+class Args:  # --help shows the comment after each field
     env_id: str = "CartPole-v1"  # A gymnasium task, or module:id.
     mask: str = "1,3"  # Observation indices hidden (or none).
     total_timesteps: int = 50_000  # Environment steps of the run.
@@ -228,7 +228,7 @@ class Agent(nn.Module):
         output, actor_state = self.actor(x, states[0], done)
         value, critic_state = self.critic(x, states[1], done)
         dist = action_distribution(self.space, output, self.actor_logstd)
-        if action is None:  # torch's Bernoulli mode: nan at p 0.5
+        if action is None:  # torch's Bernoulli mode is nan at p 0.5: take 0
             action = dist.mode.nan_to_num(0) if greedy else dist.sample()
         if self.memory:  # the control's states stay zero
             states = (actor_state, critic_state)
@@ -242,7 +242,7 @@ class Agent(nn.Module):
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
 # The trap: d_t = dones[t] = 1 says that observation t starts
-# a new episode, so step t-1 ended one and V(s_t) is not its.
+# a new episode, so step t-1 ended one: its target drops V(s_t).
 # V(s_T) = next_value, d_T = next_done, A_T = 0.
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     next_values = torch.cat([values[1:], next_value[None]])
