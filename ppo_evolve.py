@@ -64,7 +64,7 @@ HPARAMS = dict(learning_rate=(1e-4, 3e-3), ent_coef=(1e-4, 0.03),
 @dataclass
 class Args:  # --help shows the comment after each field
     env_id: str = "CartPole-v1"  # A gymnasium task, or module:id.
-    total_timesteps: int = 600_000  # Steps of all members together.
+    total_timesteps: int = 600_000  # Training steps of all members together.
     num_envs: int = 8  # Envs each member steps side by side.
     num_steps: int = 128  # Steps per env in each rollout.
     pop_size: int = 6  # Members of the population.
