@@ -4,13 +4,17 @@ preprocessing, a Nature CNN, annealed schedules.
     python ppo_atari.py        # Breakout, 10M steps
     python ppo_atari.py --eval runs/<run> --gif game.gif
 
-CleanRL's settings, and as in the PPO paper the clip range
-anneals with the learning rate. A run of 1M steps (with
---total-timesteps 1000000, so the schedules end there)
-scores about 20 a game at its end; CleanRL's reaches about
-400 after 10M (README.md). Tags such as [core-7] number the
-details of "The 37 Implementation Details of PPO" (Huang
-et al., 2022), listed in the README.
+The network, the preprocessing and the settings are
+CleanRL's (8 games x 128 steps, 4 epochs of 4 minibatches,
+Adam 2.5e-4, clip 0.1, entropy 0.01). Unlike CleanRL's, the
+clip range anneals with the learning rate, as in the PPO
+paper; nothing presses FIRE after a lost life (the policy
+learns to); a game cut by the frame cap is bootstrapped.
+Over 1M steps (--total-timesteps 1000000, so the schedules
+end there) it scores about 19 over the last 100 games,
+CleanRL's script about 20 (README.md). Tags such as [core-7]
+number the details of "The 37 Implementation Details of
+PPO" (Huang et al., 2022), listed in the README.
 """
 import argparse
 import json
@@ -30,6 +34,7 @@ import torch
 import torch.nn as nn
 from ale_py.roms import get_all_rom_ids
 from ale_py.vector_env import AtariVectorEnv
+from filelock import FileLock, Timeout
 from torch.distributions import Categorical
 from tqdm import tqdm
 
@@ -122,7 +127,7 @@ class Agent(nn.Module):
         # [atari-9] Frames stay uint8 until here, then go to
         # [0, 1]. Channels-last halves a CPU's convolution time.
         x = x.to(torch.float32, memory_format=torch.channels_last)
-        return self.network(x.mul_(1 / 255))
+        return self.network(x * (1 / 255))
 
     @torch.no_grad()  # for the rollout only
     def get_value(self, x):
@@ -139,10 +144,12 @@ class Agent(nn.Module):
         value = self.critic(features).squeeze(-1)
         return action, dist.log_prob(action), dist.entropy(), value
 
-# [core-5] Generalized advantage estimation: an average of
-# the k-step advantage estimates, weighted by lambda^k. At
-# lambda 0 it trusts V after one step (biased, steady), at 1
-# the rewards alone (unbiased, noisy): bias against variance.
+# [core-5] Generalized advantage estimation: the k-step
+# advantage estimates averaged with weights (1 - lambda)
+# lambda^(k-1), the longest (to the rollout's end) taking the
+# weight left over. At lambda 0 it is the one-step estimate,
+# which trusts V (biased, steady); at 1 it sums the rewards to
+# the rollout's end and trusts V only there (less biased, noisy).
 #   delta_t = r_t + gamma V(s_t+1) (1 - d_t+1) - V(s_t)
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
@@ -196,9 +203,15 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
                  approx_kl=approx_kl, clipfrac=clipfrac)
     return loss, {name: x.detach() for name, x in stats.items()}
 
+def explained_variance(values, returns):
+    """[core-12] 1 - Var(R - V) / Var(R), the share of the
+    returns' variance that V explains; nan where R is flat."""
+    ratio = (returns - values).var() / returns.var()  # inf or nan if R is flat
+    return 1 - ratio.item() if ratio.isfinite() else math.nan
+
 def minibatch_step(agent, optimizer, args, batch, clip_coef, mb_inds):
     """One gradient step on the rows mb_inds of the batch
-    -> loss, stats. update() calls it, or its recording."""
+    -> loss, stats (on a GPU, train() records it)."""
     # The rollout's (num_steps, num_envs) become rows.
     mb = {k: x.flatten(0, 1)[mb_inds] for k, x in batch.items()}
     *_, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
@@ -224,9 +237,8 @@ def minibatch_step(agent, optimizer, args, batch, clip_coef, mb_inds):
 def update(learn, args, batch_size, device):
     """Epochs of minibatch steps on a rollout -> mean stats.
     [core-6] Each epoch takes the rollout's rows in a new
-    random order, one gradient step per minibatch, by learn:
-    minibatch_step, or on a GPU its recording (cuda_graph
-    below), the same numbers without Python's overhead."""
+    random order, one gradient step per minibatch: learn(rows)
+    is minibatch_step with all else given."""
     stats = []
     for epoch in range(args.update_epochs):
         shuffled = torch.randperm(batch_size, device=device)
@@ -243,9 +255,10 @@ def update(learn, args, batch_size, device):
 def make_learner(args, envs, device, ckpt):
     """-> agent and Adam (from ckpt if any), lr, clip range."""
     agent = Agent(envs, args).to(device, memory_format=torch.channels_last)
-    # The learning rate and the clip range: tensors that train()
-    # fills in place, so each replay of a recording reads them.
-    # float64, a Python float's precision, so nothing rounds.
+    # The learning rate and the clip range are tensors that
+    # train() fills each update: a step recorded on a GPU reads
+    # tensors anew at each replay but keeps a Python number as
+    # it was. float64, a Python float's precision: no rounding.
     lr = torch.tensor(0.0, dtype=torch.float64, device=device)
     clip_coef = torch.tensor(0.0, dtype=torch.float64, device=device)
     # [core-3] Adam's eps is 1e-5, as in OpenAI's code; a
@@ -256,7 +269,9 @@ def make_learner(args, envs, device, ckpt):
         agent.load_state_dict(ckpt["model"])
         ckpt["optimizer"]["param_groups"][0]["capturable"] = cuda  # this device's, not the file's
         optimizer.load_state_dict(ckpt["optimizer"])
-        optimizer.param_groups[0]["lr"] = lr  # the load put in a copy
+        # The load replaced lr with the file's value, a tensor
+        # the schedule does not fill: put lr back.
+        optimizer.param_groups[0]["lr"] = lr
     return agent, optimizer, lr, clip_coef
 
 def train(args):
@@ -286,11 +301,12 @@ def train(args):
     next_obs, info = envs.reset(seed=args.seed + iteration * args.num_envs)  # resume: new seeds
     next_done = np.zeros(args.num_envs, bool)
     frames = info["episode_frame_number"].copy()
-    policy = torch.no_grad()(agent.get_action_and_value)
     batch = dict(obs=obs, actions=actions, logprobs=logprobs,
                  advantages=advantages, returns=returns, values=values)
+    # The two steps that repeat: acting, and learning from rows.
+    act = agent.get_action_and_value
     learn = partial(minibatch_step, agent, optimizer, args, batch, clip_coef)
-
+    recorded = False  # on a GPU, both become CUDA graphs
     with Run(args, num_iterations * batch_size, ckpt) as run:
         while iteration < num_iterations and not run.stop:
             # [core-4, aux-1] The learning rate and the clip range fall
@@ -303,13 +319,15 @@ def train(args):
             for step in range(args.num_steps):
                 obs[step] = torch.from_numpy(next_obs)  # copied in place
                 dones[step] = next_done
-                actions[step], logprobs[step], _, values[step] = policy(obs[step])
+                with torch.no_grad():  # the rollout only acts
+                    actions[step], logprobs[step], _, values[step] = act(obs[step])
                 next_obs, reward, term, trunc, info = envs.step(actions[step].cpu().numpy())
                 next_done = term | trunc
                 global_step += args.num_envs
                 rewards[step] = np.sign(reward)  # [atari-6]
-                # A lost life is a done; a game is over where its
-                # frame count goes back to 0.
+                # A lost life is a done. ale-py's episode_frame_number
+                # counts a game's frames, and after a game ends it is
+                # the new game's already: a game is over where it falls.
                 game_over = next_done & (info["episode_frame_number"] < frames)
                 frames = info["episode_frame_number"].copy()
                 run.episodes(global_step, reward, game_over)
@@ -328,34 +346,41 @@ def train(args):
             means = update(learn, args, batch_size, device)
             if not math.isfinite(means.pop("loss")):
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
-            # After one eager update (it made Adam's state and warmed up
-            # cuDNN) the action step and the gradient step are recorded.
-            if graphs and isinstance(learn, partial):  # not recorded yet
-                policy = cuda_graph(policy, obs[0].clone())
+            # The fast path, which a reader of the algorithm may skip:
+            # on a GPU, after one eager update (which made Adam's
+            # state), act and learn are each recorded once as a CUDA
+            # graph and replayed from then on (cuda_graph, below).
+            if graphs and not recorded:
+                with torch.no_grad():  # acting computes no gradients
+                    act = cuda_graph(act, obs[0].clone())
                 rows = torch.arange(batch_size // args.num_minibatches, device=device)
                 learn = cuda_graph(learn, rows)
+                recorded = True
             iteration += 1
             # ---- 5. logging
             state = dict(model=agent.state_dict(), optimizer=optimizer.state_dict(),
                          iteration=iteration, global_step=global_step)
             run.log_update(global_step, state, learning_rate=lr, clip_coef=clip_coef, **means,
-                           explained_variance=1 - ((returns - values).var() / returns.var()).item())
+                           explained_variance=explained_variance(values, returns))
     envs.close()
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
-# Flags --eval may set; the others are the checkpoint's.
-PLAY = {"eval_episodes", "deterministic", "gif", "seed"}
+PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # --eval's own; the rest: the checkpoint's
 POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm", "target_kl"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
-    the checkpoint, all checked before anything is made."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    from the checkpoint, all checked before anything is made."""
+    # --help shows the docstring's first paragraph and each field's
+    # comment and default; a bad flag gets one line, and exit 2.
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
+                                     usage=argparse.SUPPRESS)
     helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
     for f in fields(Args):
         kind = dict(action=argparse.BooleanOptionalAction) if f.type is bool else dict(type=f.type)
+        default = f" (default: {f.default})" if f.default not in ["", None] else ""
         parser.add_argument("--" + f.name.replace("_", "-"), **kind, default=argparse.SUPPRESS,
-                            help=f"{helps.get(f.name, '')} ({f.default})")
+                            help=helps[f.name].removesuffix(".") + default + ".")
     given = vars(parser.parse_args(argv))
     args = Args(**given)
     rules = []  # (flag, what it must be, whether it is)
@@ -368,12 +393,12 @@ def parse_args(argv=None):
         folder = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
         args.run_dir = folder or "."
     args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
-    value = vars(args).get
     sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"] + POSITIVE
     batch = args.num_envs * args.num_steps
-    rules += [(k, "positive", value(k) is None or 0 < value(k) < math.inf) for k in sizes]
-    rules += [(k, "within [0, 1]", 0 <= value(k) <= 1) for k in ["gamma", "gae_lambda"]]
-    rules += [(k, "0 or more", 0 <= value(k) < math.inf) for k in ["seed", "save_interval"]]
+    rules += [(k, "positive", getattr(args, k) is None or 0 < getattr(args, k) < math.inf)
+              for k in sizes]
+    rules += [(k, "within [0, 1]", 0 <= getattr(args, k) <= 1) for k in ["gamma", "gae_lambda"]]
+    rules += [(k, "0 or more", 0 <= getattr(args, k) < math.inf) for k in ["seed", "save_interval"]]
     rules += [
         ("num_minibatches", f"a divisor of {batch}", batch % max(1, args.num_minibatches) == 0),
         ("device", "auto, cpu or cuda (a GPU)",
@@ -383,11 +408,18 @@ def parse_args(argv=None):
         ("gif", "given with --eval, in a folder that exists",
          not args.gif or args.eval and os.path.isdir(os.path.dirname(args.gif) or ".")),
         ("run_dir", f"new or empty (to go on: --resume {args.run_dir})",
-         args.resume or args.eval or os.path.isdir(args.run_dir) and not os.listdir(args.run_dir)
-         or not os.path.exists(args.run_dir) and not os.path.isfile(os.path.dirname(args.run_dir)))]
-    for name, must in [(name, must) for name, must, ok in rules if not ok][:1]:
-        parser.error(f"--{name.replace('_', '-')} must be {must}")
+         args.resume or args.eval or is_new(args.run_dir))]
+    broken = [(name, must) for name, must, ok in rules if not ok]
+    if broken:  # the first rule broken
+        name, must = broken[0]
+        parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
     return args
+
+def is_new(folder):
+    """An empty folder, or one not made yet (nor under a file)."""
+    if os.path.isdir(folder):
+        return not os.listdir(folder)
+    return not os.path.exists(folder) and not os.path.isfile(os.path.dirname(folder))
 
 def rom_id(env_id):
     """'breakout' for Breakout, BreakoutNoFrameskip-v4,
@@ -406,10 +438,13 @@ def pick_device(name, deterministic):
     return torch.device(auto if name == "auto" else name)
 
 def cuda_graph(fn, example):
-    """Records fn(example), running nothing yet -> replay(x):
-    x goes into example, the recording runs without Python:
-    numbers fn read stay fixed, tensors are read anew (change
-    them in place), random draws are new; outputs are reused."""
+    """Records the GPU work of fn(example) as a CUDA graph,
+    without running it, and returns replay(x), which copies x
+    into example and runs that work again with no Python in
+    between. A replay reads every tensor anew (train() changes
+    them in place), draws new random numbers, keeps any Python
+    number as it was, and returns the same output tensors,
+    overwritten."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         outputs = fn(example)
@@ -432,28 +467,43 @@ def load_checkpoint(path):
     return ckpt
 
 class Run:
-    """The run's bookkeeping: folder, CSV logs, progress bar,
-    checkpoints. Ctrl-C or SIGTERM stop it after the update;
-    leaving the `with` block saves everything."""
+    """The run's bookkeeping: its folder, CSV logs, progress
+    bar and checkpoints. Ctrl-C or SIGTERM asks it to stop
+    after the update; leaving the `with` block saves."""
 
     def __init__(self, args, total_steps, ckpt):
         self.args = args
         self.dir = args.run_dir
+        os.makedirs(self.dir, exist_ok=True)
+        # One writer per folder: an OS lock that dies with its
+        # process (a killed run leaves none). Another process that
+        # would write here ends before it touches a file.
+        self.lock = FileLock(f"{self.dir}/.lock")
+        try:
+            self.lock.acquire(timeout=0)
+        except Timeout:
+            sys.exit(f"error: {self.dir}: another process is writing this run")
+        if total_steps != args.total_timesteps:
+            print(f"{total_steps:,} steps: --total-timesteps rounded up to whole rollouts")
+        steps = ckpt.get("global_step", 0)  # done so far
         self.start = time.time() - ckpt.get("wall_time", 0)
         self.last = self.saved = time.time()
-        os.makedirs(self.dir, exist_ok=True)
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
         self.logs = {}
-        # A resume drops the rows after its checkpoint.
-        for name in ["episodes.csv", "updates.csv"]:
-            rows = open(f"{self.dir}/{name}").read().split() if ckpt else []
-            kept = rows[:1] + [r for r in rows[1:] if int(r.split(",")[0]) <= ckpt["global_step"]]
+        # A resume drops the rows written after its checkpoint,
+        # and a last row cut short (a power cut, a full disk).
+        for name in ["updates.csv", "episodes.csv"]:
+            rows = open(f"{self.dir}/{name}").read().split("\n") if ckpt else []
+            if rows and rows[-1]:  # text after the last newline
+                print(f"{self.dir}/{name}: dropped a last row cut short")
+            kept = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
             self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
             self.logs[name].writelines(row + "\n" for row in kept)
-        self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
+        # episodes.csv, read last: each (step, return) kept.
+        self.curve = [(int(r.split(",")[0]), float(r.split(",")[2])) for r in kept[1:]]
+        self.bar = tqdm(total=total_steps, initial=steps, unit="step")
         self.score = np.zeros(args.num_envs)
         self.length = np.zeros(args.num_envs, int)
-        self.recent = []  # the last 20 returns
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
         for s in [signal.SIGINT, signal.SIGTERM]:
@@ -461,7 +511,8 @@ class Run:
 
     def ask_to_stop(self, signum, frame):
         self.stop = signum
-        tqdm.write("stopping; saving first")
+        signal.signal(signum, signal.SIG_DFL)  # a second one ends it at once
+        tqdm.write("stopping after this update, saving first (again: at once)")
 
     def episodes(self, global_step, reward, ended):
         """Adds a step's rewards; logs the episodes ended."""
@@ -470,9 +521,15 @@ class Run:
         for i in np.flatnonzero(ended):
             row = {"global_step": global_step, "wall_time": round(time.time() - self.start, 1)}
             self.write("episodes.csv", {**row, "return": self.score[i], "length": self.length[i]})
-            self.recent = self.recent[-19:] + [self.score[i]]
+            self.curve.append((global_step, self.score[i]))
         self.score[ended] = 0
         self.length[ended] = 0
+
+    def mean_score(self):
+        """The score: the mean return of the last 20 episodes."""
+        if not self.curve:
+            return "none, no episode has ended yet"
+        return f"{np.mean([r for _, r in self.curve[-20:]]):.1f}"
 
     def log_update(self, global_step, state, **row):
         """A row of updates.csv; state: a checkpoint or None."""
@@ -480,18 +537,18 @@ class Run:
         self.last = time.time()
         self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
         self.bar.update(global_step - self.bar.n)
-        self.bar.set_postfix(score=f"{np.mean(self.recent or [math.nan]):.1f}")
-        self.state = state or self.state
+        self.bar.set_postfix_str(f"score {self.mean_score()}")
+        self.state = state  # what the next save writes
         if time.time() - self.saved >= self.args.save_interval:
             self.save()
 
     def write(self, name, row):
         """A CSV row (a header first): 6 digits (of a float or
-        a 0-d tensor), ints whole."""
+        a 0-d tensor), ints and strings whole."""
         if self.logs[name].tell() == 0:
             self.logs[name].write(",".join(row) + "\n")
-        text = [str(x) if isinstance(x, int) else f"{x:.6g}" for x in row.values()]
-        self.logs[name].write(",".join(text) + "\n")
+        text = [x if isinstance(x, (int, str)) else f"{x:.6g}" for x in row.values()]
+        self.logs[name].write(",".join(map(str, text)) + "\n")
 
     def save(self, checkpoint=True):
         """The checkpoint (renamed in place), curve.png."""
@@ -502,12 +559,12 @@ class Run:
             os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")
         self.saved = time.time()
         import matplotlib.pyplot as plt
-        rows = open(f"{self.dir}/episodes.csv").read().split()[1:]
-        data = np.array([row.split(",") for row in rows], dtype=float).reshape(-1, 4)
-        w = max(1, min(100, len(data) // 5))  # the window
-        cumulative = np.cumsum(np.insert(data[:, 2], 0, 0.0))
-        plt.plot(data[:, 0], data[:, 2], ".", alpha=0.3, label="one episode")
-        plt.plot(data[w - 1:, 0], (cumulative[w:] - cumulative[:-w]) / w, label=f"mean of {w}")
+        data = np.array(self.curve, dtype=float).reshape(-1, 2)  # step, return
+        plt.plot(*data.T, ".", alpha=0.3, label="one episode")
+        w = min(20, len(data))  # the score's window
+        if w:
+            average = np.convolve(data[:, 1], np.ones(w) / w, "valid")
+            plt.plot(data[w - 1:, 0], average, label=f"mean of {w}, the score: {self.mean_score()}")
         title = f"{SCRIPT}.py, {self.args.env_id}, seed {self.args.seed}"
         plt.gca().set(title=title, xlabel="environment steps", ylabel="episodic return")
         plt.legend()
@@ -521,12 +578,13 @@ class Run:
         # After an error the last good checkpoint stays.
         self.bar.close()
         self.save(checkpoint=error is None)
+        self.lock.release()
         if error is None and self.stop:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
-        if error is None:  # score: the mean of the last 20 returns
-            score = np.mean(self.recent or [math.nan])
-            print(f"{self.dir}: score {score:.1f}; evaluate: python {SCRIPT}.py --eval {self.dir}")
+        if error is None:
+            print(f"{self.dir}: score {self.mean_score()} (the last 20 episodes);"
+                  f" evaluate: python {SCRIPT}.py --eval {self.dir}")
 
 def evaluate(args):
     """--eval: one game per env."""
@@ -539,7 +597,8 @@ def evaluate(args):
     over = np.zeros(envs.num_envs, bool)
     frames = []  # episode 0's, 3x as big
     while not over.all():  # each has a frame cap
-        frames += [obs[0, -1].repeat(3, 0).repeat(3, 1)] if args.gif and not over[0] else []
+        if args.gif and not over[0]:
+            frames.append(obs[0, -1].repeat(3, 0).repeat(3, 1))
         with torch.no_grad():
             x = torch.as_tensor(obs, device=device)
             action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
@@ -551,6 +610,7 @@ def evaluate(args):
         from PIL import Image
         images = [Image.fromarray(frame) for frame in frames]
         images[0].save(args.gif, save_all=True, append_images=images[1:], duration=67, loop=0)
+        print(f"wrote {args.gif}, the first game")
     print(f"{len(scores)} episodes: {scores.mean():.1f} +- {scores.std():.1f}")
     return scores
 

@@ -1,23 +1,24 @@
-"""PPO with evolving hyperparameters: population-based
-training (Jaderberg et al., 2017) of PPO agents.
+"""PPO with evolving hyperparameters: an evolutionary
+search over PPO's hyperparameters, in the manner of AgileRL.
 
-    python ppo_evolve.py  # CartPole, 6 members, 2 minutes
+    python ppo_evolve.py  # CartPole, 6 members, 1-2 minutes
     python ppo_evolve.py --no-evolve  # the control
     python ppo_evolve.py --eval runs/<run> --gif best.gif
 
-Each generation, every member trains with its own learning
+Every generation, each member trains with its own learning
 rate, entropy bonus, clip range and GAE lambda, then plays
-a few episodes; the mean of their returns is the member's
-fitness. Then the fittest members are copied (exploit) and
-the copies' hyperparameters changed a little (explore), so
-that the hyperparameters follow a schedule found while
-training. The fittest member keeps its place and trains on;
-the other places go to copies of tournament winners, their
-weights and Adam's state included, each with one
-hyperparameter mutated. The fittest member ever scored is
-kept as it was, for --eval. It trains on any gymnasium task
-with a flat Box observation, Discrete, MultiDiscrete or
-MultiBinary actions and a time limit.
+a few fresh episodes, whose mean return is its fitness: a
+noisy score. Then an elitist genetic algorithm: the elite
+(the fittest) keeps its place and trains on; every other
+place goes to a copy of a tournament winner, weights and
+Adam's state included, with one hyperparameter mutated.
+Population-based training (Jaderberg et al., 2017) would
+replace only the worst members, by copies of the best.
+As the elite may be a lucky one, and training can make it
+worse, the fittest member ever scored is kept as it was,
+for --eval. Members train side by side (--workers). Any task
+with a flat Box observation and Discrete, MultiDiscrete,
+MultiBinary or Box actions.
 
 Tags such as [core-7] number the details of "The 37
 Implementation Details of PPO" (Huang et al., 2022), listed
@@ -28,11 +29,14 @@ import argparse
 import copy
 import json
 import math
+import multiprocessing.connection  # and multiprocessing
 import os
 import re
 import signal
 import sys
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 
@@ -42,8 +46,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
+from filelock import FileLock, Timeout
 from gymnasium.spaces import Box, Discrete, MultiBinary, MultiDiscrete
-from torch.distributions import Bernoulli, Categorical, Independent
+from torch.distributions import Bernoulli, Categorical, Independent, Normal
 from tqdm import tqdm
 
 # No argument checks in the distributions: diverging weights
@@ -54,16 +59,16 @@ FORMAT = 5  # the checkpoint's layout
 # The evolved hyperparameters and their ranges, around the
 # values PPO is known to work with. The first members draw
 # them log-uniformly; mutation keeps them inside. The rate's
-# floor is 1e-4: lower rates barely learn, yet early on, when
-# all members are poor, such a member can win tournaments by
-# luck and fill the population, and x1.2 a generation would
-# take many generations to bring the rate back up.
+# floor is 1e-4: early on, when all are poor, a member with a
+# lower rate (which barely learns) can win tournaments by luck
+# and fill the population, and x1.2 a generation is slow.
 HPARAMS = dict(learning_rate=(1e-4, 3e-3), ent_coef=(1e-4, 0.03),
                clip_coef=(0.1, 0.3), gae_lambda=(0.9, 1.0))
 
 @dataclass
 class Args:  # --help shows the comment after each field
     env_id: str = "CartPole-v1"  # A gymnasium task, or module:id.
+    max_episode_steps: int = None  # An episode's steps at most: the task's limit, or 1,000 if none.
     total_timesteps: int = 600_000  # Training steps of all members together.
     num_envs: int = 8  # Envs each member steps side by side.
     num_steps: int = 128  # Steps per env in each rollout.
@@ -80,6 +85,7 @@ class Args:  # --help shows the comment after each field
     vf_coef: float = 0.5  # Weight of the value loss.
     max_grad_norm: float = 0.5  # Largest norm of the gradient.
     seed: int = 1  # Seed of members, envs, evolution.
+    workers: int = None  # Members trained side by side (default: the cores, at most pop_size).
     device: str = "auto"  # auto (the CPU), cpu or cuda.
     run_dir: str = ""  # The run's folder (default: runs/...).
     save_interval: float = 300.0  # Seconds between checkpoints.
@@ -92,10 +98,12 @@ class Args:  # --help shows the comment after each field
 def make_envs(args, num_envs):
     """Envs that reset in the step that ends an episode,
     which leaves its last observation in info["final_obs"]."""
-    # Frames only for --gif, drawn without a display: a task
-    # made to draw can step slower (LunarLander 2.4 times).
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    make = partial(gym.make, args.env_id, render_mode="rgb_array" if args.gif else None)
+    # A task is made as gymnasium.make makes it, asked to draw
+    # only for --gif: drawing can slow a task (LunarLander 2.4
+    # times), and a task of one's own need not take render_mode.
+    settings = dict(render_mode="rgb_array") if args.gif else {}
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no display
+    make = partial(gym.make, args.env_id, max_episode_steps=args.max_episode_steps, **settings)
     # [core-1] Several envs step side by side: more data per
     # network call, and less correlated samples.
     return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode="SameStep")
@@ -112,14 +120,19 @@ def mlp(in_size, out_size, out_std):  # 64x64 tanh
                          layer_init(nn.Linear(64, 64)), nn.Tanh(),
                          layer_init(nn.Linear(64, out_size), std=out_std))
 
-def action_distribution(space, output):
-    """The policy over `space`, from the actor's logits (B,
-    flatdim(space)). An action of several parts gets one
-    log-probability and one entropy: the sums over its parts."""
+def action_distribution(space, output, logstd):
+    """The policy over `space`, from the actor's output (B,
+    flatdim(space)): logits, or the means of a Box's actions.
+    An action of several parts gets one log-probability and
+    one entropy: the sums over its parts."""
     if isinstance(space, Discrete):
         return Categorical(logits=output)
     if isinstance(space, MultiBinary):
         return Independent(Bernoulli(logits=output), 1)
+    if isinstance(space, Box):
+        # [cont-1, cont-3] A Normal per action dimension,
+        # independent of the others given the state.
+        return Independent(Normal(output, logstd.exp().expand_as(output)), 1)
     # MultiDiscrete: a Categorical per dimension, the logits
     # padded with -inf (probability 0) to one length.
     sizes = space.nvec.tolist()
@@ -130,6 +143,11 @@ def action_distribution(space, output):
 def to_env(space, action):
     """An action as the env takes it: a numpy array."""
     action = action.cpu().numpy() + getattr(space, "start", 0)  # Discrete(n, start)
+    if isinstance(space, Box):
+        # [cont-5] Clipped to the bounds only here: the
+        # rollout keeps the action as sampled, whose
+        # log-probability the update computes again.
+        action = action.clip(space.low, space.high)
     return action.astype(space.dtype)
 
 class Agent(nn.Module):
@@ -143,6 +161,11 @@ class Agent(nn.Module):
         self.critic = mlp(obs_size, 1, out_std=1.0)
         # Small last weights: all actions about as likely.
         self.actor = mlp(obs_size, gym.spaces.flatdim(self.space), out_std=0.01)
+        self.actor_logstd = None
+        if isinstance(self.space, Box):
+            # [cont-2] A log std per action dimension, learned
+            # but the same in every state; -0.5 at first.
+            self.actor_logstd = nn.Parameter(torch.full(self.space.shape, -0.5))
 
     @torch.no_grad()  # for the rollout only
     def get_value(self, x):
@@ -151,16 +174,18 @@ class Agent(nn.Module):
     def get_action_and_value(self, x, action=None, greedy=False):
         """x: (B, obs_size); action: (B, ...) to score, or None
         to draw. -> action, log pi(action|x), entropy, V(x)."""
-        dist = action_distribution(self.space, self.actor(x))
+        dist = action_distribution(self.space, self.actor(x), self.actor_logstd)
         if action is None:  # torch's Bernoulli mode is nan at p 0.5: take 0
             action = dist.mode.nan_to_num(0) if greedy else dist.sample()
         value = self.critic(x).squeeze(-1)
         return action, dist.log_prob(action), dist.entropy(), value
 
-# [core-5] Generalized advantage estimation: an average of
-# the k-step advantage estimates, weighted by lambda^k. At
-# lambda 0 it trusts V after one step (biased, steady), at 1
-# the rewards alone (unbiased, noisy): bias against variance.
+# [core-5] Generalized advantage estimation: the k-step
+# advantage estimates averaged with weights (1 - lambda)
+# lambda^(k-1), the longest (to the rollout's end) taking the
+# weight left over. At lambda 0 it is the one-step estimate,
+# which trusts V (biased, steady); at 1 it sums the rewards to
+# the rollout's end and trusts V only there (less biased, noisy).
 #   delta_t = r_t + gamma V(s_t+1) (1 - d_t+1) - V(s_t)
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
@@ -212,6 +237,12 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
     stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
                  approx_kl=approx_kl, clipfrac=clipfrac)
     return loss, {name: x.detach() for name, x in stats.items()}
+
+def explained_variance(values, returns):
+    """[core-12] 1 - Var(R - V) / Var(R), the share of the
+    returns' variance that V explains; nan where R is flat."""
+    ratio = (returns - values).var() / returns.var()  # inf or nan if R is flat
+    return 1 - ratio.item() if ratio.isfinite() else math.nan
 
 def update(agent, optimizer, args, batch):
     """Epochs of minibatch steps on a rollout -> mean stats."""
@@ -267,11 +298,11 @@ def build(member, envs, args, device):
     optimizer.param_groups[0]["lr"] = member["hparams"]["learning_rate"]
     return agent, optimizer
 
-def train_member(member, args, generation, global_step, run):
-    """A member's PPO for a generation, then its fitness. What
-    is random comes from the run's seed, the generation and
-    the member's id, not from the order members train in.
-    -> the member trained, a new dict."""
+def train_member(member, global_step, args, generation, start):
+    """A member's PPO for a generation, then its fitness, in a
+    worker. Its random numbers come from the run's seed, the
+    generation and its id, whatever the order or the process.
+    -> the member trained (a new dict), and its CSV rows."""
     # ---- 1. setup
     seeds = np.random.SeedSequence([args.seed, generation, member["id"]])
     seed = int(seeds.generate_state(1)[0])
@@ -281,7 +312,7 @@ def train_member(member, args, generation, global_step, run):
     agent, optimizer = build(member, envs, args, device)
     # From here on, args holds this member's hyperparameters too.
     args = argparse.Namespace(**vars(args), **member["hparams"])
-    run.new_member()  # its envs start new episodes
+    log = Log(args.num_envs, start)  # rows for the run's writer
     # The rollout, (num_steps, num_envs, ...) each.
     shape = (args.num_steps, args.num_envs)
     on_device = partial(torch.as_tensor, dtype=torch.float32, device=device)
@@ -308,7 +339,7 @@ def train_member(member, args, generation, global_step, run):
             next_done = term | trunc
             global_step += args.num_envs
             rewards[step] = reward
-            run.episodes(global_step, reward, next_done)
+            log.episodes(global_step, reward, next_done)
             # A time limit is not a death: the episode would
             # have gone on, so the value of its final state
             # joins the reward of the step that cut it.
@@ -324,23 +355,22 @@ def train_member(member, args, generation, global_step, run):
         means = update(agent, optimizer, args, dict(obs=obs, actions=actions, logprobs=logprobs,
                        advantages=advantages, returns=returns, values=values))
         if not math.isfinite(means.pop("loss")):
-            sys.exit(f"error: non-finite loss, member {member['id']}")
+            raise FloatingPointError(f"non-finite loss, member {member['id']}")
         # ---- 5. logging
-        run.log_update(global_step, None, learning_rate=args.learning_rate,
-                       clip_coef=args.clip_coef, **means,
-                       explained_variance=1 - ((returns - values).var() / returns.var()).item(),
-                       member=member["id"])
+        log.update(global_step, rewards.size, learning_rate=args.learning_rate,
+                   clip_coef=args.clip_coef, **means,
+                   explained_variance=explained_variance(values, returns), member=member["id"])
     envs.close()
     # The fitness: all members play the same starts, eval_episodes new seeds
     # each generation, after the first block (--eval's, for a default run).
     scores, lengths = play(agent, args, args.seed + (generation + 1) * args.eval_episodes, device)
     member = dict(member, model=agent.cpu().state_dict(), adam=optimizer.state_dict(),
                   fitness=float(scores.mean()))
-    run.write("population.csv", dict(
+    log.rows["population"].append(dict(
         global_step=global_step, eval_steps=int(lengths.sum()), generation=generation,
         member=member["id"], parent=member["parent"], mutation=member["mutation"],
         fitness=member["fitness"], **member["hparams"]))
-    return member
+    return member, log.rows
 
 @torch.no_grad()  # no learning: play only acts
 def play(agent, args, seed, device):
@@ -351,7 +381,8 @@ def play(agent, args, seed, device):
     over = np.zeros(envs.num_envs, bool)
     frames = []  # episode 0's
     while not over.all():  # each has a time limit
-        frames += [envs.envs[0].render()] if args.gif and not over[0] else []
+        if args.gif and not over[0]:
+            frames.append(envs.envs[0].render())
         x = torch.as_tensor(obs, dtype=torch.float32, device=device)
         action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
         obs, reward, term, trunc, _ = envs.step(to_env(envs.single_action_space, action))
@@ -362,6 +393,7 @@ def play(agent, args, seed, device):
         from PIL import Image
         images = [Image.fromarray(frame).reduce(2) for frame in frames[::2]]
         images[0].save(args.gif, save_all=True, append_images=images[1:], duration=40, loop=0)
+        print(f"wrote {args.gif}, the first episode")
     return totals
 
 def fittest(members):
@@ -401,11 +433,9 @@ def train(args):
     # A member trains whole rollouts: evo_steps rounded up.
     batch = args.num_envs * args.num_steps
     member_steps = math.ceil(args.evo_steps / batch) * batch
+    if member_steps != args.evo_steps:
+        print(f"--evo-steps rounded up to whole rollouts: {member_steps:,} steps a member")
     steps = args.pop_size * member_steps  # a generation's
-    with gym.make(args.env_id) as env:  # the task's own bar
-        threshold = env.spec.reward_threshold
-    target = args.target if args.target is not None else threshold
-    target = math.inf if target is None else target
     ckpt = load_checkpoint(args.resume) if args.resume else {}
     rng = np.random.default_rng([args.seed, 0])  # generation 0's draws
     population = ckpt.get("population") or [dict(
@@ -416,57 +446,61 @@ def train(args):
     best = ckpt.get("best", population[0])  # -inf until scored
     total = math.ceil(args.total_timesteps / steps) * steps
     with Run(args, total, ckpt) as run:
-        # Ctrl-C or SIGTERM stops the loop after a whole generation.
         while global_step < total and not run.stop \
-                and fittest(population)["fitness"] < target:
+                and fittest(population)["fitness"] < args.target:
             generation = global_step // steps
             # ---- 7. selection and mutation, on the last generation's scores
             if args.evolve and generation:
                 population = next_generation(population, generation, args)
-            # ---- 8. training and fitness, member by member
+            # ---- 8. training and fitness, the members side by side
+            starts = [global_step + i * member_steps for i in range(args.pop_size)]  # their steps
+            job = partial(train_member, args=args, generation=generation, start=run.start)
             trained = []
-            for member in population:
-                trained.append(train_member(member, args, generation, global_step, run))
-                global_step += member_steps
+            for member, rows in run.pool.map(job, population, starts):
+                run.add(rows, member_steps)  # written in the members' order
+                trained.append(member)
             population = trained
-            # The fittest member ever scored is kept apart, as it
-            # was when scored: the elite trains on, and training
-            # can make it worse. --eval plays this one.
+            global_step += steps
+            # The fittest member ever scored, kept as it was, for --eval.
             best = fittest([best, *population])
-            run.best = best
             run.state = dict(population=population, global_step=global_step, best=best)
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
-# Flags --eval may set; the others are the checkpoint's.
-PLAY = {"eval_episodes", "deterministic", "gif", "seed"}
+PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # --eval's own; the rest: the checkpoint's
 POSITIVE = ["max_grad_norm"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
     from the checkpoint, all checked before anything is made."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    # --help shows the docstring's first paragraph and each field's
+    # comment and default; a bad flag gets one line, and exit 2.
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
+                                     usage=argparse.SUPPRESS)
     helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
     for f in fields(Args):
         kind = dict(action=argparse.BooleanOptionalAction) if f.type is bool else dict(type=f.type)
+        default = f" (default: {f.default})" if f.default not in ["", None] else ""
         parser.add_argument("--" + f.name.replace("_", "-"), **kind, default=argparse.SUPPRESS,
-                            help=f"{helps.get(f.name, '')} ({f.default})")
+                            help=helps[f.name].removesuffix(".") + default + ".")
     given = vars(parser.parse_args(argv))
     args = Args(**given)
     rules = []  # (flag, what it must be, whether it is)
     if args.resume or args.eval:
         saved = load_checkpoint(args.resume or args.eval)["args"]
-        own = {"resume", "eval", "device"} | (PLAY if args.eval else set())
+        own = {"resume", "eval", "device", "workers"} | (PLAY if args.eval else set())
         rules = [(k, "the checkpoint's", given[k] == saved.get(k)) for k in given.keys() - own]
         args = Args(**{**saved, **{name: getattr(args, name) for name in own}})
     if args.resume:  # go on where the checkpoint is now
         folder = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
         args.run_dir = folder or "."
     args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
-    value = vars(args).get
+    if args.workers is None:  # the machine's cores, one a member at most
+        args.workers = min(os.cpu_count(), args.pop_size)
     sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"] + POSITIVE
-    rules += [(k, "positive", 0 < value(k) < math.inf) for k in sizes]
-    rules += [(k, "0 or more", 0 <= value(k) < math.inf) for k in ["seed", "save_interval"]]
+    rules += [(k, "positive", getattr(args, k) is None or 0 < getattr(args, k) < math.inf)
+              for k in sizes]
     batch = args.num_envs * args.num_steps
+    rules += [(k, "0 or more", 0 <= getattr(args, k) < math.inf) for k in ["seed", "save_interval"]]
     rules += [
         ("gamma", "within [0, 1]", 0 <= args.gamma <= 1),
         ("num_minibatches", f"a divisor of {batch}", batch % max(1, args.num_minibatches) == 0),
@@ -476,32 +510,43 @@ def parse_args(argv=None):
         ("gif", "given with --eval, in a folder that exists",
          not args.gif or args.eval and os.path.isdir(os.path.dirname(args.gif) or ".")),
         ("run_dir", f"new or empty (to go on: --resume {args.run_dir})",
-         args.resume or args.eval or os.path.isdir(args.run_dir) and not os.listdir(args.run_dir)
-         or not os.path.exists(args.run_dir) and not os.path.isfile(os.path.dirname(args.run_dir)))]
+         args.resume or args.eval or is_new(args.run_dir))]
     rules += task_rules(args)  # last: it makes an env
-    for name, must in [(name, must) for name, must, ok in rules if not ok][:1]:
-        parser.error(f"--{name.replace('_', '-')} must be {must}")
+    broken = [(name, must) for name, must, ok in rules if not ok]
+    if broken:  # the first rule broken
+        name, must = broken[0]
+        parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
     return args
 
-SPACES = (Discrete, MultiDiscrete, MultiBinary)
+def is_new(folder):
+    """An empty folder, or one not made yet (nor under a file)."""
+    if os.path.isdir(folder):
+        return not os.listdir(folder)
+    return not os.path.exists(folder) and not os.path.isfile(os.path.dirname(folder))
+
+SPACES = (Discrete, MultiDiscrete, MultiBinary, Box)
 
 def task_rules(args):
-    """Rules for --env-id, checked on an env of the task."""
+    """Rules for --env-id, checked on an env. A task with no
+    time limit gets one, said in a line at the start; --target
+    is by default the task's reward threshold."""
     try:  # an id gymnasium knows, or module:id
-        envs = make_envs(args, 1)
+        env = gym.make(args.env_id)
     except Exception as e:  # unknown, or an extra missing
         return [("env_id", f"a task gymnasium can make ({e!r})", False)]
-    obs_space = envs.single_observation_space
-    space = envs.single_action_space
-    limit = envs.envs[0].spec.max_episode_steps
-    envs.close()
+    env.close()
+    if env.spec.max_episode_steps is None and args.max_episode_steps is None:
+        args.max_episode_steps = 1000
+        print(f"{args.env_id} has no time limit: --max-episode-steps {args.max_episode_steps:,}")
+    threshold = env.spec.reward_threshold  # the task's own bar, or None
+    if args.target is None:
+        args.target = math.inf if threshold is None else threshold
+    obs_space = env.observation_space
     names = ", ".join(s.__name__ for s in SPACES)
     return [("env_id", f"a task with a flat Box observation, not {obs_space}",
              isinstance(obs_space, Box) and len(obs_space.shape) == 1),
-            ("env_id", f"a task with {names} actions, not {space}",
-             isinstance(space, SPACES) and len(space.shape) <= 1),
-            # Without a time limit a fitness game might never end.
-            ("env_id", "a task with a time limit (max_episode_steps)", limit is not None)]
+            ("env_id", f"a task with {names} actions, not {env.action_space}",
+             isinstance(env.action_space, SPACES) and len(env.action_space.shape) <= 1)]
 
 def pick_device(name):
     # One torch thread: these small networks run faster so,
@@ -512,6 +557,8 @@ def pick_device(name):
 def load_checkpoint(path):
     """The checkpoint at path or in that folder, or exit 1."""
     path = f"{path}/checkpoint.pt" if os.path.isdir(path) else path
+    if not os.path.isfile(path):
+        sys.exit(f"error: {path}: no such file")
     try:  # plain data: a stranger's file runs no code
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         if [ckpt["script"], ckpt["format"]] != [SCRIPT, FORMAT]:
@@ -521,65 +568,76 @@ def load_checkpoint(path):
     return ckpt
 
 class Run:
-    """The run's bookkeeping: its folder, CSV logs, progress
-    bar and checkpoints. Ctrl-C or SIGTERM asks it to stop
-    after the generation; leaving the `with` block saves."""
+    """The run's bookkeeping: folder, CSV logs, progress bar,
+    checkpoints, worker processes. Ctrl-C or SIGTERM asks it to
+    stop after the generation; leaving the `with` block saves."""
 
     def __init__(self, args, total_steps, ckpt):
         self.args = args
         self.dir = args.run_dir
         os.makedirs(self.dir, exist_ok=True)
-        done = ckpt.get("global_step", 0)  # steps so far
+        # One writer per folder: an OS lock that dies with its
+        # process (a killed run leaves none). Another process that
+        # would write here ends before it touches a file.
+        self.lock = FileLock(f"{self.dir}/.lock")
+        try:
+            self.lock.acquire(timeout=0)
+        except Timeout:
+            sys.exit(f"error: {self.dir}: another process is writing this run")
+        if total_steps != args.total_timesteps:
+            print(f"{total_steps:,} steps: --total-timesteps rounded up to whole generations")
+        steps = ckpt.get("global_step", 0)  # done so far
         self.start = time.time() - ckpt.get("wall_time", 0)
-        self.last = self.saved = time.time()
+        self.saved = time.time()
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
         self.logs = {}
-        # A resume drops the rows written after its checkpoint.
+        # A resume drops the rows written after its checkpoint,
+        # and a last row cut short (a power cut, a full disk).
         for name in ["episodes.csv", "updates.csv", "population.csv"]:
-            rows = open(f"{self.dir}/{name}").read().split() if ckpt else []
-            kept = rows[:1] + [r for r in rows[1:] if int(r.split(",")[0]) <= done]
+            rows = open(f"{self.dir}/{name}").read().split("\n") if ckpt else []
+            if rows and rows[-1]:  # text after the last newline
+                print(f"{self.dir}/{name}: dropped a last row cut short")
+            kept = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
             self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
             self.logs[name].writelines(row + "\n" for row in kept)
-        self.bar = tqdm(total=total_steps, initial=done, unit="step")
-        self.best = ckpt.get("best")  # the fittest ever scored
+        # population.csv, read last: each (step, fitness) kept.
+        self.curve = [(int(r.split(",")[0]), float(r.split(",")[6])) for r in kept[1:]]
+        self.bar = tqdm(total=total_steps, initial=steps, unit="step")
+        # The members train side by side in worker processes,
+        # each started anew (spawn), not a copy of this one.
+        spawn = multiprocessing.get_context("spawn")
+        self.pool = ProcessPoolExecutor(args.workers, spawn, initializer=start_worker)
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
         for s in [signal.SIGINT, signal.SIGTERM]:
             signal.signal(s, self.ask_to_stop)
 
     def ask_to_stop(self, signum, frame):
+        if self.stop:  # asked twice: at once, the last checkpoint kept
+            raise SystemExit(128 + signum)
         self.stop = signum
-        tqdm.write("stopping after this generation; saving first")
+        tqdm.write("stopping after this generation, saving first (again: at once)")
 
-    def new_member(self):
-        """A member's envs start anew, and so do the episodes."""
-        self.score = np.zeros(self.args.num_envs)
-        self.length = np.zeros(self.args.num_envs, int)
-
-    def episodes(self, global_step, reward, ended):
-        """Adds a step's rewards; logs the episodes ended."""
-        self.score += reward
-        self.length += 1
-        for i in np.flatnonzero(ended):
-            row = {"global_step": global_step, "wall_time": round(time.time() - self.start, 1)}
-            self.write("episodes.csv", {**row, "return": self.score[i], "length": self.length[i]})
-        self.score[ended] = 0
-        self.length[ended] = 0
-
-    def log_update(self, global_step, state, **row):
-        """A row of updates.csv; state: a checkpoint or None."""
-        sps = (global_step - self.bar.n) / (time.time() - self.last)
-        self.last = time.time()
-        self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
-        self.bar.update(global_step - self.bar.n)
-        if self.best:
-            self.bar.set_postfix_str(f"fittest {self.best['fitness']:.1f}")
-        self.state = state or self.state
+    def add(self, rows, steps):
+        """A member's CSV rows, its steps on the bar."""
+        for name in rows:
+            for row in rows[name]:
+                self.write(f"{name}.csv", row)
+        self.curve += [(row["global_step"], row["fitness"]) for row in rows["population"]]
+        self.bar.update(steps)
+        self.bar.set_postfix_str(f"score {self.mean_score()}")
         if time.time() - self.saved >= self.args.save_interval:
             self.save()
 
+    def mean_score(self):
+        """The score: the fitness of the fittest member scored."""
+        if not self.curve:
+            return "none, no member has been scored yet"
+        return f"{max(fitness for _, fitness in self.curve):.1f}"
+
     def write(self, name, row):
-        """A CSV row (a header first): 6 digits, ints whole."""
+        """A CSV row (a header first): 6 digits (of a float or
+        a 0-d tensor), ints and strings whole."""
         if self.logs[name].tell() == 0:
             self.logs[name].write(",".join(row) + "\n")
         text = [x if isinstance(x, (int, str)) else f"{x:.6g}" for x in row.values()]
@@ -594,15 +652,12 @@ class Run:
             os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")
         self.saved = time.time()
         import matplotlib.pyplot as plt
-        rows = [row.split(",") for row in open(f"{self.dir}/episodes.csv").read().split()[1:]]
-        returns = np.array(rows, dtype=float).reshape(-1, 4)[:, [0, 2]]  # step, return
-        plt.plot(*returns.T, ".", alpha=0.3, label="one episode")
-        w = min(100, len(rows) // 5)  # a moving average's window
-        if w > 1:
-            average = np.convolve(returns[:, 1], np.ones(w) / w, "valid")
-            plt.plot(returns[w - 1:, 0], average, label=f"mean of {w}")
+        data = np.array(self.curve, dtype=float).reshape(-1, 2)  # step, fitness
+        plt.plot(*data.T, ".", alpha=0.3, label="a member's fitness")
+        best = np.maximum.accumulate(data[:, 1])  # the fittest so far
+        plt.plot(data[:, 0], best, label=f"the fittest, the score: {self.mean_score()}")
         title = f"{SCRIPT}.py, {self.args.env_id}, seed {self.args.seed}"
-        plt.gca().set(title=title, xlabel="environment steps", ylabel="episodic return")
+        plt.gca().set(title=title, xlabel="environment steps, all members'", ylabel="fitness")
         plt.legend()
         plt.savefig(f"{self.dir}/curve.png")
         plt.close()
@@ -610,17 +665,62 @@ class Run:
     def __enter__(self):
         return self
 
-    def __exit__(self, error, *_):
-        # After an error the last good checkpoint stays.
+    def __exit__(self, error, value, _):
+        # After an error the last good checkpoint stays, and the
+        # workers end at once, with what they were doing.
+        if error:
+            for worker in multiprocessing.active_children():
+                worker.kill()
+        self.pool.shutdown(cancel_futures=True)
         self.bar.close()
         self.save(checkpoint=error is None)
+        self.lock.release()
+        if error and not issubclass(error, SystemExit):  # a member's
+            sys.exit(f"error: {value!r}")
         if error is None and self.stop:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
-        if error is None and self.best:
-            score = f"fitness {self.best['fitness']:.1f} ({self.args.eval_episodes} episodes)"
-            print(f"{self.dir}: fittest member {self.best['id']}, {score};"
+        if error is None:
+            print(f"{self.dir}: score {self.mean_score()} (the fittest member's fitness);"
                   f" evaluate: python {SCRIPT}.py --eval {self.dir}")
+
+def start_worker():
+    """A worker leaves Ctrl-C and SIGTERM to the parent (which
+    stops after the generation), and ends with it, even killed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=end_with_parent, daemon=True).start()
+
+def end_with_parent():
+    multiprocessing.connection.wait([multiprocessing.parent_process().sentinel])
+    os._exit(1)
+
+class Log:
+    """A member's CSV rows, gathered as it trains (in a worker)
+    for the parent, the run folder's one writer."""
+
+    def __init__(self, num_envs, start):
+        self.start = start  # the run's, as time.time()
+        self.last = time.time()
+        self.rows = {"episodes": [], "updates": [], "population": []}  # CSVs' names
+        self.score = np.zeros(num_envs)
+        self.length = np.zeros(num_envs, int)
+
+    def episodes(self, global_step, reward, ended):
+        """Adds a step's rewards; logs the episodes ended."""
+        self.score += reward
+        self.length += 1
+        for i in np.flatnonzero(ended):
+            row = {"global_step": global_step, "wall_time": round(time.time() - self.start, 1)}
+            self.rows["episodes"].append({**row, "return": self.score[i], "length": self.length[i]})
+        self.score[ended] = 0
+        self.length[ended] = 0
+
+    def update(self, global_step, steps, **row):
+        """A row of updates.csv; steps: since the last row."""
+        sps = steps / (time.time() - self.last)
+        self.last = time.time()
+        self.rows["updates"].append(dict(global_step=global_step, sps=sps, **row))
 
 def evaluate(args):
     """--eval: the fittest member, one episode per env."""

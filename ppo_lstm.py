@@ -31,6 +31,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
+from filelock import FileLock, Timeout
 from gymnasium.spaces import Box, Discrete, MultiBinary, MultiDiscrete
 from torch.distributions import Bernoulli, Categorical, Independent, Normal
 from tqdm import tqdm
@@ -44,7 +45,8 @@ FORMAT = 4  # the checkpoint's layout
 @dataclass
 class Args:  # --help shows the comment after each field
     env_id: str = "CartPole-v1"  # A gymnasium task, or module:id.
-    mask: str = "1,3"  # Observation indices hidden (or none).
+    mask: str = ""  # Indices to hide, as 1,3, or none (default: on CartPole, its velocities).
+    max_episode_steps: int = None  # An episode's steps at most: the task's limit, or 1,000 if none.
     total_timesteps: int = 50_000  # Environment steps of the run.
     num_envs: int = 8  # Envs stepped side by side.
     num_steps: int = 32  # Steps per env in each rollout.
@@ -74,10 +76,12 @@ class Args:  # --help shows the comment after each field
 def make_envs(args, num_envs):
     """Envs that reset in the step that ends an episode,
     which leaves its last observation in info["final_obs"]."""
-    # Frames only for --gif, drawn without a display: a task
-    # made to draw can step slower (LunarLander 2.4 times).
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    make = partial(gym.make, args.env_id, render_mode="rgb_array" if args.gif else None)
+    # A task is made as gymnasium.make makes it, asked to draw
+    # only for --gif: drawing can slow a task (LunarLander 2.4
+    # times), and a task of one's own need not take render_mode.
+    settings = dict(render_mode="rgb_array") if args.gif else {}
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no display
+    make = partial(gym.make, args.env_id, max_episode_steps=args.max_episode_steps, **settings)
     # [core-1] Several envs step side by side: more data per
     # network call, and less correlated samples.
     return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode="SameStep")
@@ -177,9 +181,10 @@ class Memory(nn.Module):
         return self.head(torch.cat(outputs).flatten(0, 1)), state
 
 class Agent(nn.Module):
-    """An encoder, then the actor's and the critic's own
-    Memory [core-13]: with one LSTM for both, the value loss
-    moved the memory the policy reads, and more runs failed."""
+    """An encoder that both share, then the actor's and the
+    critic's own Memory [core-13]. The value loss trains the
+    encoder too, but not the LSTM the policy reads: with one
+    LSTM for both, more runs failed."""
 
     def __init__(self, envs, args):
         super().__init__()
@@ -234,10 +239,12 @@ class Agent(nn.Module):
             states = (actor_state, critic_state)
         return action, dist.log_prob(action), dist.entropy(), value.squeeze(-1), states
 
-# [core-5] Generalized advantage estimation: an average of
-# the k-step advantage estimates, weighted by lambda^k. At
-# lambda 0 it trusts V after one step (biased, steady), at 1
-# the rewards alone (unbiased, noisy): bias against variance.
+# [core-5] Generalized advantage estimation: the k-step
+# advantage estimates averaged with weights (1 - lambda)
+# lambda^(k-1), the longest (to the rollout's end) taking the
+# weight left over. At lambda 0 it is the one-step estimate,
+# which trusts V (biased, steady); at 1 it sums the rewards to
+# the rollout's end and trusts V only there (less biased, noisy).
 #   delta_t = r_t + gamma V(s_t+1) (1 - d_t+1) - V(s_t)
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
@@ -290,6 +297,12 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
                  approx_kl=approx_kl, clipfrac=clipfrac)
     return loss, {name: x.detach() for name, x in stats.items()}
 
+def explained_variance(values, returns):
+    """[core-12] 1 - Var(R - V) / Var(R), the share of the
+    returns' variance that V explains; nan where R is flat."""
+    ratio = (returns - values).var() / returns.var()  # inf or nan if R is flat
+    return 1 - ratio.item() if ratio.isfinite() else math.nan
+
 def update(agent, optimizer, args, first, batch):
     """Epochs of minibatch steps on a rollout -> mean stats.
     first: the actor's and critic's states at its start."""
@@ -297,16 +310,20 @@ def update(agent, optimizer, args, first, batch):
     for epoch in range(args.update_epochs):
         # [core-6, lstm-4] A minibatch is a random share of the
         # envs, each with its whole sequence of steps: the LSTM
-        # must see them in order.
+        # must see them in order. At the default of one
+        # minibatch, it holds every env.
         shuffled = torch.randperm(args.num_envs, device=batch["obs"].device)
         for mb_inds in shuffled.split(len(shuffled) // args.num_minibatches):
             mb = {k: x[:, mb_inds] for k, x in batch.items()}
             # [lstm-5] Each sequence is replayed from the state the
             # rollout started it with, so before the first gradient
-            # step the update recomputes the rollout's log-probs
-            # exactly; later ones see the memory the new weights
-            # build. A zero state here would show the policy a
-            # memory it never had when it acted.
+            # step the update recomputes the rollout's log-probs (up
+            # to float rounding); later ones see the memory the new
+            # weights build. A zero state here would show the policy
+            # a memory it never had when it acted. That first state
+            # was made by the weights of earlier updates and is held
+            # fixed: gradients flow back through this rollout's
+            # num_steps steps and stop at its start.
             mb_first = [(h[:, mb_inds], c[:, mb_inds]) for h, c in first]
             _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
                 mb["obs"], mb_first, mb["dones"], mb["actions"].flatten(0, 1))
@@ -366,7 +383,6 @@ def train(args):
     # one rollout to the next: an episode goes on across them.
     zeros = torch.zeros(1, args.num_envs, 64, device=device)  # (layers, B, 64)
     states = [(zeros, zeros), (zeros, zeros)]  # actor's, critic's (h, c)
-
     with Run(args, num_iterations * batch_size, ckpt) as run:
         while iteration < num_iterations and not run.stop:
             # [core-4] The learning rate falls linearly to 0 over
@@ -419,23 +435,26 @@ def train(args):
             state = dict(model=agent.state_dict(), optimizer=optimizer.state_dict(),
                          iteration=iteration, global_step=global_step)
             run.log_update(global_step, state, learning_rate=lr, clip_coef=args.clip_coef, **means,
-                           explained_variance=1 - ((returns - values).var() / returns.var()).item())
+                           explained_variance=explained_variance(values, returns))
     envs.close()
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
-# Flags --eval may set; the others are the checkpoint's.
-PLAY = {"eval_episodes", "deterministic", "gif", "seed"}
+PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # --eval's own; the rest: the checkpoint's
 POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
     from the checkpoint, all checked before anything is made."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    # --help shows the docstring's first paragraph and each field's
+    # comment and default; a bad flag gets one line, and exit 2.
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
+                                     usage=argparse.SUPPRESS)
     helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
     for f in fields(Args):
         kind = dict(action=argparse.BooleanOptionalAction) if f.type is bool else dict(type=f.type)
+        default = f" (default: {f.default})" if f.default not in ["", None] else ""
         parser.add_argument("--" + f.name.replace("_", "-"), **kind, default=argparse.SUPPRESS,
-                            help=f"{helps.get(f.name, '')} ({f.default})")
+                            help=helps[f.name].removesuffix(".") + default + ".")
     given = vars(parser.parse_args(argv))
     args = Args(**given)
     rules = []  # (flag, what it must be, whether it is)
@@ -448,11 +467,14 @@ def parse_args(argv=None):
         folder = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
         args.run_dir = folder or "."
     args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
-    value = vars(args).get
+    # The default mask belongs to the default task alone.
+    if not args.mask:
+        args.mask = "1,3" if args.env_id in ["CartPole-v0", "CartPole-v1"] else "none"
     sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"] + POSITIVE
-    rules += [(k, "positive", 0 < value(k) < math.inf) for k in sizes]
-    rules += [(k, "within [0, 1]", 0 <= value(k) <= 1) for k in ["gamma", "gae_lambda"]]
-    rules += [(k, "0 or more", 0 <= value(k) < math.inf) for k in ["seed", "save_interval"]]
+    rules += [(k, "positive", getattr(args, k) is None or 0 < getattr(args, k) < math.inf)
+              for k in sizes]
+    rules += [(k, "within [0, 1]", 0 <= getattr(args, k) <= 1) for k in ["gamma", "gae_lambda"]]
+    rules += [(k, "0 or more", 0 <= getattr(args, k) < math.inf) for k in ["seed", "save_interval"]]
     rules += [
         ("num_minibatches", "a divisor of --num-envs",
          args.num_envs % max(1, args.num_minibatches) == 0),
@@ -462,30 +484,40 @@ def parse_args(argv=None):
         ("gif", "given with --eval, in a folder that exists",
          not args.gif or args.eval and os.path.isdir(os.path.dirname(args.gif) or ".")),
         ("run_dir", f"new or empty (to go on: --resume {args.run_dir})",
-         args.resume or args.eval or os.path.isdir(args.run_dir) and not os.listdir(args.run_dir)
-         or not os.path.exists(args.run_dir) and not os.path.isfile(os.path.dirname(args.run_dir)))]
+         args.resume or args.eval or is_new(args.run_dir))]
     rules += task_rules(args)  # last: it makes an env
-    for name, must in [(name, must) for name, must, ok in rules if not ok][:1]:
-        parser.error(f"--{name.replace('_', '-')} must be {must}")
+    broken = [(name, must) for name, must, ok in rules if not ok]
+    if broken:  # the first rule broken
+        name, must = broken[0]
+        parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
     return args
+
+def is_new(folder):
+    """An empty folder, or one not made yet (nor under a file)."""
+    if os.path.isdir(folder):
+        return not os.listdir(folder)
+    return not os.path.exists(folder) and not os.path.isfile(os.path.dirname(folder))
 
 SPACES = (Discrete, MultiDiscrete, MultiBinary, Box)
 
 def task_rules(args):
-    """Rules for --env-id and --mask, checked on an env."""
+    """Rules for --env-id and --mask, checked on an env. A task
+    with no time limit gets one, said in a line at the start."""
     try:  # an id gymnasium knows, or module:id
-        envs = make_envs(args, 1)
+        env = gym.make(args.env_id)
     except Exception as e:  # unknown, or an extra missing
         return [("env_id", f"a task gymnasium can make ({e!r})", False)]
-    obs_space = envs.single_observation_space
-    space = envs.single_action_space
-    envs.close()
+    env.close()
+    if env.spec.max_episode_steps is None and args.max_episode_steps is None:
+        args.max_episode_steps = 1000
+        print(f"{args.env_id} has no time limit: --max-episode-steps {args.max_episode_steps:,}")
+    obs_space = env.observation_space
     flat = isinstance(obs_space, Box) and len(obs_space.shape) == 1
     size = obs_space.shape[0] if flat else 0
     names = ", ".join(s.__name__ for s in SPACES)
     return [("env_id", f"a task with a flat Box observation, not {obs_space}", flat),
-            ("env_id", f"a task with {names} actions, not {space}",
-             isinstance(space, SPACES) and len(space.shape) <= 1),
+            ("env_id", f"a task with {names} actions, not {env.action_space}",
+             isinstance(env.action_space, SPACES) and len(env.action_space.shape) <= 1),
             ("mask", f"none or indices 0 to {size - 1}",
              args.mask == "none" or set(args.mask.split(",")) <= set(map(str, range(size))))]
 
@@ -498,6 +530,8 @@ def pick_device(name):
 def load_checkpoint(path):
     """The checkpoint at path or in that folder, or exit 1."""
     path = f"{path}/checkpoint.pt" if os.path.isdir(path) else path
+    if not os.path.isfile(path):
+        sys.exit(f"error: {path}: no such file")
     try:  # plain data: a stranger's file runs no code
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         if [ckpt["script"], ckpt["format"]] != [SCRIPT, FORMAT]:
@@ -515,21 +549,35 @@ class Run:
         self.args = args
         self.dir = args.run_dir
         os.makedirs(self.dir, exist_ok=True)
+        # One writer per folder: an OS lock that dies with its
+        # process (a killed run leaves none). Another process that
+        # would write here ends before it touches a file.
+        self.lock = FileLock(f"{self.dir}/.lock")
+        try:
+            self.lock.acquire(timeout=0)
+        except Timeout:
+            sys.exit(f"error: {self.dir}: another process is writing this run")
+        if total_steps != args.total_timesteps:
+            print(f"{total_steps:,} steps: --total-timesteps rounded up to whole rollouts")
         steps = ckpt.get("global_step", 0)  # done so far
         self.start = time.time() - ckpt.get("wall_time", 0)
         self.last = self.saved = time.time()
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
         self.logs = {}
-        # A resume drops the rows written after its checkpoint.
-        for name in ["episodes.csv", "updates.csv"]:
-            rows = open(f"{self.dir}/{name}").read().split() if ckpt else []
-            kept = rows[:1] + [r for r in rows[1:] if int(r.split(",")[0]) <= steps]
+        # A resume drops the rows written after its checkpoint,
+        # and a last row cut short (a power cut, a full disk).
+        for name in ["updates.csv", "episodes.csv"]:
+            rows = open(f"{self.dir}/{name}").read().split("\n") if ckpt else []
+            if rows and rows[-1]:  # text after the last newline
+                print(f"{self.dir}/{name}: dropped a last row cut short")
+            kept = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
             self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
             self.logs[name].writelines(row + "\n" for row in kept)
+        # episodes.csv, read last: each (step, return) kept.
+        self.curve = [(int(r.split(",")[0]), float(r.split(",")[2])) for r in kept[1:]]
         self.bar = tqdm(total=total_steps, initial=steps, unit="step")
         self.score = np.zeros(args.num_envs)
         self.length = np.zeros(args.num_envs, int)
-        self.recent = []  # the last 20 returns
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
         for s in [signal.SIGINT, signal.SIGTERM]:
@@ -537,7 +585,8 @@ class Run:
 
     def ask_to_stop(self, signum, frame):
         self.stop = signum
-        tqdm.write("stopping; saving first")
+        signal.signal(signum, signal.SIG_DFL)  # a second one ends it at once
+        tqdm.write("stopping after this update, saving first (again: at once)")
 
     def episodes(self, global_step, reward, ended):
         """Adds a step's rewards; logs the episodes ended."""
@@ -546,9 +595,15 @@ class Run:
         for i in np.flatnonzero(ended):
             row = {"global_step": global_step, "wall_time": round(time.time() - self.start, 1)}
             self.write("episodes.csv", {**row, "return": self.score[i], "length": self.length[i]})
-            self.recent = self.recent[-19:] + [self.score[i]]
+            self.curve.append((global_step, self.score[i]))
         self.score[ended] = 0
         self.length[ended] = 0
+
+    def mean_score(self):
+        """The score: the mean return of the last 20 episodes."""
+        if not self.curve:
+            return "none, no episode has ended yet"
+        return f"{np.mean([r for _, r in self.curve[-20:]]):.1f}"
 
     def log_update(self, global_step, state, **row):
         """A row of updates.csv; state: a checkpoint or None."""
@@ -556,13 +611,14 @@ class Run:
         self.last = time.time()
         self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
         self.bar.update(global_step - self.bar.n)
-        self.bar.set_postfix(score=f"{np.mean(self.recent or [math.nan]):.1f}")
-        self.state = state or self.state
+        self.bar.set_postfix_str(f"score {self.mean_score()}")
+        self.state = state  # what the next save writes
         if time.time() - self.saved >= self.args.save_interval:
             self.save()
 
     def write(self, name, row):
-        """A CSV row (a header first): 6 digits, ints whole."""
+        """A CSV row (a header first): 6 digits (of a float or
+        a 0-d tensor), ints and strings whole."""
         if self.logs[name].tell() == 0:
             self.logs[name].write(",".join(row) + "\n")
         text = [x if isinstance(x, (int, str)) else f"{x:.6g}" for x in row.values()]
@@ -577,13 +633,12 @@ class Run:
             os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")
         self.saved = time.time()
         import matplotlib.pyplot as plt
-        rows = [row.split(",") for row in open(f"{self.dir}/episodes.csv").read().split()[1:]]
-        returns = np.array(rows, dtype=float).reshape(-1, 4)[:, [0, 2]]  # step, return
-        plt.plot(*returns.T, ".", alpha=0.3, label="one episode")
-        w = min(100, len(rows) // 5)  # a moving average's window
-        if w > 1:
-            average = np.convolve(returns[:, 1], np.ones(w) / w, "valid")
-            plt.plot(returns[w - 1:, 0], average, label=f"mean of {w}")
+        data = np.array(self.curve, dtype=float).reshape(-1, 2)  # step, return
+        plt.plot(*data.T, ".", alpha=0.3, label="one episode")
+        w = min(20, len(data))  # the score's window
+        if w:
+            average = np.convolve(data[:, 1], np.ones(w) / w, "valid")
+            plt.plot(data[w - 1:, 0], average, label=f"mean of {w}, the score: {self.mean_score()}")
         title = f"{SCRIPT}.py, {self.args.env_id}, seed {self.args.seed}"
         plt.gca().set(title=title, xlabel="environment steps", ylabel="episodic return")
         plt.legend()
@@ -597,12 +652,13 @@ class Run:
         # After an error the last good checkpoint stays.
         self.bar.close()
         self.save(checkpoint=error is None)
+        self.lock.release()
         if error is None and self.stop:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
-        if error is None:  # score: the mean of the last 20 returns
-            score = np.mean(self.recent or [math.nan])
-            print(f"{self.dir}: score {score:.1f}; evaluate: python {SCRIPT}.py --eval {self.dir}")
+        if error is None:
+            print(f"{self.dir}: score {self.mean_score()} (the last 20 episodes);"
+                  f" evaluate: python {SCRIPT}.py --eval {self.dir}")
 
 @torch.no_grad()
 def evaluate(args):
@@ -620,7 +676,8 @@ def evaluate(args):
     over = np.zeros(envs.num_envs, bool)
     frames = []  # episode 0's
     while not over.all():  # each has a time limit
-        frames += [envs.envs[0].render()] if args.gif and not over[0] else []
+        if args.gif and not over[0]:
+            frames.append(envs.envs[0].render())
         x = torch.as_tensor(obs[None], dtype=torch.float32, device=device)
         action, *_, states = agent.get_action_and_value(x, states, done, greedy=args.deterministic)
         obs, reward, term, trunc, _ = envs.step(to_env(envs.single_action_space, action))
@@ -631,6 +688,7 @@ def evaluate(args):
         from PIL import Image
         images = [Image.fromarray(frame).reduce(2) for frame in frames[::2]]
         images[0].save(args.gif, save_all=True, append_images=images[1:], duration=40, loop=0)
+        print(f"wrote {args.gif}, the first episode")
     print(f"{len(scores)} episodes: {scores.mean():.1f} +- {scores.std():.1f}")
     return scores
 

@@ -32,6 +32,20 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
+class InProcess:
+    """A stand-in for ppo_evolve.py's pool of worker processes: the members train in the test's own process,
+    where its monkeypatches reach them. The real pool is checked by runs in processes of their own."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def map(self, job, *iterables):
+        return map(job, *iterables)
+
+    def shutdown(self, **kwargs):
+        pass
+
+
 @pytest.fixture(autouse=True)
 def restore_signal_handlers():
     """A run inside the test process takes over Ctrl-C and SIGTERM, as it does in its own process, and

@@ -227,7 +227,7 @@ def test_state_is_carried_across_rollouts(tmp_path, monkeypatch):
     (["--env-id", "FrozenLake-v1"], "--env-id", "Discrete(16)"),  # not a flat Box observation
     (["--env-id", "tiny_tasks:TupleActions-v0", "--mask", "none"], "--env-id", "Tuple("),  # no such actions
     (["--env-id", "no_such_module:Task-v0"], "--env-id", "no_such_module"),  # the real cause, named
-    (["--env-id", "Pendulum-v1"], "--mask", "0 to 2"),  # CartPole's default mask: Pendulum has 3 indices
+    (["--env-id", "Pendulum-v1", "--mask", "1,3"], "--mask", "0 to 2"),  # Pendulum has 3 indices
     (["--mask", "1,x"], "--mask", "0 to 3"),  # a typo would otherwise hide nothing, silently
     (["--mask", "4"], "--mask", "0 to 3"),  # CartPole has indices 0 to 3
     (["--mask", "1;3"], "--mask", "0 to 3"),
@@ -255,6 +255,9 @@ def test_any_task_any_mask():
 def test_masks():
     envs = P.make_envs(P.Args(), 1)  # CartPole: cart position, cart velocity, pole angle, pole velocity
     assert P.parse_args([]).mask == "1,3" and P.Agent(envs, P.parse_args([])).visible == [0, 2]
+    # The default mask is CartPole's alone: on another task it hides nothing.
+    assert P.parse_args(["--env-id", "Pendulum-v1"]).mask == "none"
+    assert P.parse_args(["--env-id", "LunarLander-v3"]).mask == "none"
     assert P.Agent(envs, P.parse_args(["--mask", "none"])).visible == [0, 1, 2, 3]
     assert P.Agent(envs, P.parse_args(["--mask", "0,2"])).visible == [1, 3]
     assert P.Agent(envs, P.parse_args(["--mask", "0,2"])).obs_norm.mean.shape == (2,)

@@ -39,8 +39,8 @@ def test_the_counter_itself():
 
 # At most this many code lines and lines in all: the recurrent script and the population script carry a
 # mechanism of their own each (the hidden state through rollouts and minibatches; the population).
-LIMITS = {"ppo_atari": (400, 560), "ppo_continuous": (400, 560), "ppo_lstm": (480, 640),
-          "ppo_evolve": (480, 640)}
+LIMITS = {"ppo_atari": (440, 620), "ppo_continuous": (440, 620), "ppo_lstm": (500, 700),
+          "ppo_evolve": (520, 740)}
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -170,7 +170,7 @@ def test_no_reference_to_files_outside_the_repository():
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_imports_only_stdlib_and_requirements(name):
     allowed = set(sys.stdlib_module_names) | {"numpy", "torch", "gymnasium", "ale_py", "mujoco", "matplotlib",
-                                              "PIL", "tqdm"}
+                                              "PIL", "tqdm", "filelock"}
     tree = ast.parse((ROOT / f"{name}.py").read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}

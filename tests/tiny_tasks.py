@@ -43,8 +43,45 @@ class TupleActions(Match):
         self.action_space = Tuple([Discrete(2), Discrete(3)])
 
 
+class Reach(gym.Env):
+    """A task as a user may write one, with Box actions: its constructor takes no render_mode, and it is
+    registered with no time limit, so its episodes never end on their own. Each step shows a target point in
+    [-1, 1]^2; the action is a point, and the reward minus their distance: a random policy that samples actions
+    near 0 earns about -0.8 a step, one that reads its observation 0."""
+
+    def __init__(self):
+        self.observation_space = Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.target = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return self.target, {}
+
+    def step(self, action):
+        reward = -float(np.linalg.norm(np.asarray(action) - self.target))
+        self.target = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return self.target, reward, False, False, {}
+
+
+class Broken(Match):
+    """A task with a bug: its 100th step raises, as a user's own task might."""
+
+    def __init__(self, render_mode=None):
+        super().__init__(Discrete(2), render_mode)
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == 100:
+            raise RuntimeError("the task broke")
+        return super().step(action)
+
+
 gym.register("MatchMultiBinary-v0", lambda **kw: Match(MultiBinary(4), **kw), max_episode_steps=16)
 gym.register("MatchMultiDiscrete-v0", lambda **kw: Match(MultiDiscrete([3, 4]), **kw), max_episode_steps=16)
 gym.register("MatchDiscreteFrom1-v0", lambda **kw: Match(Discrete(3, start=1), **kw), max_episode_steps=16)
 gym.register("TupleActions-v0", TupleActions, max_episode_steps=16)
 gym.register("MatchForever-v0", lambda **kw: Match(Discrete(2), **kw))  # no time limit
+gym.register("Reach-v0", Reach)  # no time limit
+gym.register("Broken-v0", Broken, max_episode_steps=16)

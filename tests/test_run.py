@@ -1,0 +1,219 @@
+"""What a run promises in all four scripts, checked the same way: one writer per run folder, whole logs, a torn last
+row dropped, a second Ctrl-C that ends at once, a task of the user's own as gymnasium makes it, and messages that
+are true: one line for a bad flag, --help in whole sentences, a rounded-up budget said, one score."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import tiny_tasks  # noqa: F401  (registers the tests' own tasks)
+from conftest import ROOT, SCRIPTS, InProcess, load_script, read_csv, run
+
+# Runs long enough to be caught while they train, with a checkpoint after every update (or generation).
+LONG = {
+    "ppo_atari": ["--num-envs", "4", "--num-steps", "64", "--total-timesteps", "40960", "--device", "cpu",
+                  "--max-episode-frames", "2000"],  # --eval's games end soon, whatever the policy
+    "ppo_continuous": ["--env-id", "Pendulum-v1", "--num-steps", "256", "--num-minibatches", "4",
+                       "--update-epochs", "2", "--total-timesteps", "100000"],
+    "ppo_lstm": ["--num-envs", "8", "--num-steps", "32", "--total-timesteps", "200000"],
+    "ppo_evolve": ["--total-timesteps", "200000", "--evo-steps", "1024", "--pop-size", "2",
+                   "--eval-episodes", "2"],
+}
+MODULES = {}
+
+
+def module(name):
+    return MODULES.setdefault(name, load_script(name))
+
+
+def start(name, argv, cwd):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))  # tiny_tasks, for module:id tasks
+    return subprocess.Popen([sys.executable, str(ROOT / f"{name}.py"), *map(str, argv)], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path, proc, rows=1):
+    """Until the CSV at path has this many rows (or the checkpoint at path exists)."""
+    deadline = time.time() + 300
+    while not path.exists() or (path.suffix == ".csv" and len(read_csv(path)) < rows):
+        assert time.time() < deadline and proc.poll() is None, "the run did not get going"
+        time.sleep(0.1)
+
+
+def children(pid):
+    """The processes whose parent is pid."""
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in found.split()]
+
+
+def gone(pids, seconds=20):
+    deadline = time.time() + seconds
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.time() < deadline:
+        time.sleep(0.1)
+    return not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+
+
+def training(name, run_dir):
+    """A LONG run, once its first checkpoint is written -> the process, and its children (the workers)."""
+    proc = start(name, [*LONG[name], "--save-interval", "0", "--run-dir", run_dir], cwd=run_dir.parent)
+    wait_for(run_dir / "checkpoint.pt", proc)
+    return proc, children(proc.pid)
+
+
+def whole_logs(run_dir):
+    """Every CSV whole: no NUL bytes, every row as long as its header, steps never going back."""
+    for path in run_dir.glob("*.csv"):
+        text = path.read_text()
+        assert "\0" not in text and text.endswith("\n"), path.name
+        lines = text.splitlines()
+        assert all(line.count(",") == lines[0].count(",") for line in lines), path.name
+        steps = [int(line.split(",")[0]) for line in lines[1:]]
+        assert steps == sorted(steps), path.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_one_writer_per_run_folder_and_a_kill_leaves_no_lock(name, tmp_path):
+    run_dir = tmp_path / "run"
+    first, workers = training(name, run_dir)  # workers: ppo_evolve's
+    # A second writer (a --resume while the run trains) ends at once, naming the folder, and touches nothing.
+    before = (run_dir / "args.json").read_bytes()
+    second = run(name, "--resume", run_dir)
+    assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
+    assert second.stderr.strip().splitlines()[-1] == f"error: {run_dir}: another process is writing this run"
+    assert (run_dir / "args.json").read_bytes() == before
+    # --eval of the running run works.
+    evaluated = run(name, "--eval", run_dir, "--eval-episodes", "2")
+    assert evaluated.returncode == 0 and "2 episodes: " in evaluated.stdout, evaluated.stderr
+    assert first.poll() is None  # still training
+    # Killed, the run leaves no lock behind (nor, for ppo_evolve, a worker): a --resume goes on.
+    first.kill()
+    first.communicate()
+    assert gone(workers), "a worker outlived the run"
+    steps = torch.load(run_dir / "checkpoint.pt", weights_only=True)["global_step"]
+    resumed = start(name, ["--resume", run_dir], cwd=tmp_path)
+    deadline = time.time() + 300
+    while torch.load(run_dir / "checkpoint.pt", weights_only=True)["global_step"] == steps:
+        assert time.time() < deadline and resumed.poll() is None, resumed.communicate()
+        time.sleep(0.2)
+    resumed.send_signal(signal.SIGTERM)
+    _, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 143, stderr
+    whole_logs(run_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_second_ctrl_c_ends_at_once_and_the_last_checkpoint_stays_whole(name, tmp_path):
+    run_dir = tmp_path / "run"
+    proc, workers = training(name, run_dir)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    started = time.time()
+    proc.communicate(timeout=60)
+    # Ended by the signal (-2: killed by SIGINT, as a shell shows 130) or exit 130, well before the update or
+    # generation under way could finish.
+    assert proc.returncode in (130, -signal.SIGINT) and time.time() - started < 10
+    assert gone(workers), "a worker outlived the run"
+    torch.load(run_dir / "checkpoint.pt", weights_only=True)  # whole
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_torn_last_row_is_dropped_on_resume_with_a_line_saying_so(name, tmp_path, capsys, monkeypatch):
+    P = module(name)
+    small = {"ppo_atari": ["--num-envs", "2", "--num-steps", "32", "--total-timesteps", "64", "--device", "cpu"],
+             "ppo_continuous": ["--env-id", "Pendulum-v1", "--num-steps", "200", "--num-minibatches", "2",
+                                "--update-epochs", "1", "--total-timesteps", "400"],
+             "ppo_lstm": ["--num-envs", "2", "--num-steps", "32", "--total-timesteps", "64"],
+             "ppo_evolve": ["--pop-size", "2", "--evo-steps", "128", "--num-steps", "16", "--total-timesteps",
+                            "256", "--eval-episodes", "2"]}[name]
+    if name == "ppo_evolve":
+        monkeypatch.setattr(P, "ProcessPoolExecutor", InProcess)
+    P.train(P.parse_args([*small, "--run-dir", str(tmp_path)]))
+    name_csv = "population.csv" if name == "ppo_evolve" else "episodes.csv"
+    kept = (tmp_path / "updates.csv").read_text()
+    for csv in ("updates.csv", name_csv):
+        with open(tmp_path / csv, "a") as f:
+            f.write("123,4.5")  # a row cut short: no newline after it
+    capsys.readouterr()
+    P.train(P.parse_args(["--resume", str(tmp_path)]))  # the budget is spent: it only reopens the run
+    out = capsys.readouterr().out
+    assert out.count("dropped a last row cut short") == 2 and "Traceback" not in out
+    assert (tmp_path / "updates.csv").read_text() == kept
+    assert (tmp_path / name_csv).read_text().endswith("\n")
+    assert (tmp_path / "curve.png").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ppo_continuous", "ppo_lstm", "ppo_evolve"])
+def test_a_task_with_no_render_mode_and_no_time_limit_trains_and_plays(name, tmp_path):
+    # tiny_tasks:Reach-v0 is made as gymnasium.make makes it: its constructor takes no render_mode, and it has
+    # no time limit, so the run caps its episodes at --max-episode-steps (1,000 by default) and says so.
+    budget = {"ppo_continuous": ["--num-steps", "1000", "--num-minibatches", "4", "--total-timesteps", "3000"],
+              "ppo_lstm": ["--num-envs", "1", "--num-steps", "500", "--total-timesteps", "3000"],
+              "ppo_evolve": ["--pop-size", "2", "--num-envs", "1", "--num-steps", "500", "--evo-steps", "1000",
+                             "--total-timesteps", "4000", "--eval-episodes", "2"]}[name]
+    run_dir = tmp_path / "run"
+    proc = start(name, ["--env-id", "tiny_tasks:Reach-v0", *budget, "--run-dir", run_dir], cwd=tmp_path)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    assert stdout.splitlines()[0] == "tiny_tasks:Reach-v0 has no time limit: --max-episode-steps 1,000"
+    lengths = {int(row["length"]) for row in read_csv(run_dir / "episodes.csv")}
+    assert lengths == {1000}
+    proc = start(name, ["--eval", run_dir, "--eval-episodes", "2"], cwd=tmp_path)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0 and "2 episodes: " in stdout, stderr
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_bad_flag_is_one_line_and_help_reads_as_sentences(name, capsys):
+    P = module(name)
+    for argv in (["--num-envs", "0"], ["--num-envs", "x"], ["--no-such-flag"]):
+        with pytest.raises(SystemExit) as e:
+            P.parse_args(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "usage" not in err, err  # no usage block above it
+    with pytest.raises(SystemExit):
+        P.parse_args(["--help"])
+    out = capsys.readouterr().out
+    first = " ".join(out.split("\n\n")[0].split())  # the docstring's first paragraph, whole
+    assert first.endswith(".") and first.split(":")[0] in P.__doc__
+    assert "()" not in out and "(default: )" not in out
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_budget_rounded_up_is_said_in_one_line(name, capsys, tmp_path, monkeypatch):
+    P = module(name)
+    argv = {"ppo_atari": ["--num-envs", "2", "--num-steps", "32", "--device", "cpu"],
+            "ppo_continuous": ["--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "2",
+                               "--update-epochs", "1"],
+            "ppo_lstm": ["--num-envs", "2", "--num-steps", "32"],
+            "ppo_evolve": ["--pop-size", "2", "--num-steps", "16", "--eval-episodes", "2", "--evo-steps", "100"]}
+    if name == "ppo_evolve":
+        monkeypatch.setattr(P, "ProcessPoolExecutor", InProcess)
+    P.train(P.parse_args([*argv[name], "--total-timesteps", "100", "--run-dir", str(tmp_path)]))
+    out = capsys.readouterr().out.splitlines()
+    if name == "ppo_evolve":  # 8 envs x 16 steps: 128 steps a member, 256 a generation
+        assert "--evo-steps rounded up to whole rollouts: 128 steps a member" in out
+        assert "256 steps: --total-timesteps rounded up to whole generations" in out
+    else:  # rollouts of 64 steps: 2 envs x 32, or 1 env x 64
+        assert "128 steps: --total-timesteps rounded up to whole rollouts" in out
+    assert "nan" not in out[-1] and " score " in out[-1]
+
+
+@pytest.mark.parametrize("name", ["ppo_atari", "ppo_continuous", "ppo_lstm"])
+def test_no_score_until_an_episode_ends(name, tmp_path, capsys):
+    # 64 steps: no Breakout game (5 lives) and no Pendulum episode (200 steps) ends this soon.
+    P = module(name)
+    argv = {"ppo_atari": ["--num-envs", "2", "--device", "cpu"],
+            "ppo_continuous": ["--env-id", "Pendulum-v1", "--num-minibatches", "2", "--update-epochs", "1"],
+            "ppo_lstm": ["--env-id", "Pendulum-v1", "--num-envs", "1"]}[name]
+    P.train(P.parse_args([*argv, "--num-steps", "64", "--total-timesteps", "64", "--run-dir", str(tmp_path)]))
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "score none, no episode has ended yet" in last and "nan" not in last
