@@ -24,6 +24,7 @@ import re
 import signal
 import sys
 import time
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 
@@ -98,7 +99,7 @@ def make_envs(args, num_envs, **overrides):
         stack_num=4,  # [atari-7] the last 4 frames
         repeat_action_probability=0,  # no sticky actions
         max_num_frames_per_episode=args.max_episode_frames,
-        autoreset_mode="SameStep")  # reset in the last step
+        autoreset_mode="SameStep")  # reset in the step that ends it; final_obs in info
     return AtariVectorEnv(rom_id(args.env_id), num_envs, **{**settings, **overrides})
 
 def layer_init(layer, std=2 ** 0.5):
@@ -176,7 +177,8 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 # term wins and its gradient is 0: nothing pushes the policy
 # further. Value clipping is not in the paper but in OpenAI's
 # code: V's change is clipped alike around the rollout's V,
-# by the same e, which here anneals too [aux-1].
+# by the same e, which here anneals too [aux-1]: late in a
+# run the critic too can move only a little in an update.
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
@@ -197,7 +199,7 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
     # [core-12] Two numbers to watch (README): how far the
     # policy moved (an estimate of the KL divergence), and
     # the share of ratios outside the clip range.
-    approx_kl = ((ratio - 1) - logratio).mean()
+    approx_kl = ((ratio - 1) - logratio).mean()  # >= 0, low variance (k3)
     clipfrac = ((ratio - 1).abs() > clip_coef).float().mean()
     stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
                  approx_kl=approx_kl, clipfrac=clipfrac)
@@ -211,7 +213,7 @@ def explained_variance(values, returns):
 
 def minibatch_step(agent, optimizer, args, batch, clip_coef, mb_inds):
     """One gradient step on the rows mb_inds of the batch
-    -> loss, stats (on a GPU, train() records it)."""
+    -> loss, stats (on a GPU, train() records it as a CUDA graph)."""
     # The rollout's (num_steps, num_envs) become rows.
     mb = {k: x.flatten(0, 1)[mb_inds] for k, x in batch.items()}
     *_, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
@@ -244,10 +246,10 @@ def update(learn, args, batch_size, device):
         shuffled = torch.randperm(batch_size, device=device)
         for mb_inds in shuffled.split(batch_size // args.num_minibatches):
             loss, mb_stats = learn(mb_inds)
-            # stack copies them: the next replay overwrites them.
+            # stack copies them: a recording (on a GPU) reuses its outputs.
             stats.append(torch.stack([loss, *mb_stats.values()]))
-        # [aux-3] With --target-kl, the epochs stop once the
-        # policy has moved that far from the rollout's.
+        # [aux-3] With --target-kl, no epoch starts after one whose
+        # last minibatch moved the policy that far from the rollout's.
         if args.target_kl is not None and mb_stats["approx_kl"] > args.target_kl:
             break
     return dict(zip(["loss", *mb_stats], torch.stack(stats).mean(0).tolist()))
@@ -300,7 +302,7 @@ def train(args):
     dones = np.zeros(shape, np.float32)
     next_obs, info = envs.reset(seed=args.seed + iteration * args.num_envs)  # resume: new seeds
     next_done = np.zeros(args.num_envs, bool)
-    frames = info["episode_frame_number"].copy()
+    frame_counts = info["episode_frame_number"].copy()  # each game's frames so far
     batch = dict(obs=obs, actions=actions, logprobs=logprobs,
                  advantages=advantages, returns=returns, values=values)
     # The two steps that repeat: acting, and learning from rows.
@@ -326,10 +328,10 @@ def train(args):
                 global_step += args.num_envs
                 rewards[step] = np.sign(reward)  # [atari-6]
                 # A lost life is a done. ale-py's episode_frame_number
-                # counts a game's frames, and after a game ends it is
-                # the new game's already: a game is over where it falls.
-                game_over = next_done & (info["episode_frame_number"] < frames)
-                frames = info["episode_frame_number"].copy()
+                # counts a game's frames, and after a game ends it is the
+                # new game's already: a game is over where its count falls.
+                game_over = next_done & (info["episode_frame_number"] < frame_counts)
+                frame_counts = info["episode_frame_number"].copy()
                 run.episodes(global_step, reward, game_over)
                 # A game cut by the frame cap is not lost: it would
                 # have gone on, so the value of its final state
@@ -365,16 +367,15 @@ def train(args):
     envs.close()
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
-PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # --eval's own; the rest: the checkpoint's
+PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # set by --eval; others: the checkpoint's
 POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm", "target_kl"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
     from the checkpoint, all checked before anything is made."""
-    # --help shows the docstring's first paragraph and each field's
-    # comment and default; a bad flag gets one line, and exit 2.
+    # --help: the docstring's first paragraph, each field's comment.
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
-                                     usage=argparse.SUPPRESS)
+                                     usage=argparse.SUPPRESS)  # a bad flag: one line
     helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
     for f in fields(Args):
         kind = dict(action=argparse.BooleanOptionalAction) if f.type is bool else dict(type=f.type)
@@ -429,8 +430,8 @@ def rom_id(env_id):
     return name if name in get_all_rom_ids() else None
 
 def pick_device(name, deterministic):
-    # TF32 convolutions would make an update's first ratios 1
-    # only to 1e-4, and cuDNN's fastest kernels vary run to run.
+    # TF32 convolutions would put an update's first ratios (1 in
+    # exact math) 1e-4 off; cuDNN's fast kernels vary run to run.
     torch.backends.cudnn.deterministic = deterministic
     torch.backends.cudnn.allow_tf32 = not deterministic
     # The CNN runs faster on any GPU.
@@ -466,7 +467,7 @@ def load_checkpoint(path):
         sys.exit(f"error: {path}: not a {SCRIPT}.py checkpoint, format {FORMAT} ({e!r:.60})")
     return ckpt
 
-class Run:
+class Run(AbstractContextManager):  # with Run(...) as run
     """The run's bookkeeping: its folder, CSV logs, progress
     bar and checkpoints. Ctrl-C or SIGTERM asks it to stop
     after the update; leaving the `with` block saves."""
@@ -492,15 +493,17 @@ class Run:
         self.logs = {}
         # A resume drops the rows written after its checkpoint,
         # and a last row cut short (a power cut, a full disk).
+        kept = {}  # each CSV's rows, header first
         for name in ["updates.csv", "episodes.csv"]:
             rows = open(f"{self.dir}/{name}").read().split("\n") if ckpt else []
             if rows and rows[-1]:  # text after the last newline
                 print(f"{self.dir}/{name}: dropped a last row cut short")
-            kept = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
+            kept[name] = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
             self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
-            self.logs[name].writelines(row + "\n" for row in kept)
-        # episodes.csv, read last: each (step, return) kept.
-        self.curve = [(int(r.split(",")[0]), float(r.split(",")[2])) for r in kept[1:]]
+            self.logs[name].writelines(row + "\n" for row in kept[name])
+        # Each episode's (step, return) kept: columns 0 and 2.
+        rows = [r.split(",") for r in kept["episodes.csv"][1:]]
+        self.curve = [(int(r[0]), float(r[2])) for r in rows]
         self.bar = tqdm(total=total_steps, initial=steps, unit="step")
         self.score = np.zeros(args.num_envs)
         self.length = np.zeros(args.num_envs, int)
@@ -525,7 +528,7 @@ class Run:
         self.score[ended] = 0
         self.length[ended] = 0
 
-    def mean_score(self):
+    def shown_score(self):
         """The score: the mean return of the last 20 episodes."""
         if not self.curve:
             return "none, no episode has ended yet"
@@ -537,7 +540,7 @@ class Run:
         self.last = time.time()
         self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
         self.bar.update(global_step - self.bar.n)
-        self.bar.set_postfix_str(f"score {self.mean_score()}")
+        self.bar.set_postfix_str(f"score {self.shown_score()}")
         self.state = state  # what the next save writes
         if time.time() - self.saved >= self.args.save_interval:
             self.save()
@@ -551,7 +554,7 @@ class Run:
         self.logs[name].write(",".join(map(str, text)) + "\n")
 
     def save(self, checkpoint=True):
-        """The checkpoint (renamed in place), curve.png."""
+        """The checkpoint (written aside, then renamed), curve.png."""
         if checkpoint and self.state:
             ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args),
                         wall_time=time.time() - self.start, **self.state)
@@ -564,15 +567,12 @@ class Run:
         w = min(20, len(data))  # the score's window
         if w:
             average = np.convolve(data[:, 1], np.ones(w) / w, "valid")
-            plt.plot(data[w - 1:, 0], average, label=f"mean of {w}, the score: {self.mean_score()}")
+            plt.plot(data[w - 1:, 0], average, label=f"mean of {w}, score {self.shown_score()}")
         title = f"{SCRIPT}.py, {self.args.env_id}, seed {self.args.seed}"
         plt.gca().set(title=title, xlabel="environment steps", ylabel="episodic return")
         plt.legend()
         plt.savefig(f"{self.dir}/curve.png")
         plt.close()
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, error, *_):
         # After an error the last good checkpoint stays.
@@ -583,7 +583,7 @@ class Run:
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
         if error is None:
-            print(f"{self.dir}: score {self.mean_score()} (the last 20 episodes);"
+            print(f"{self.dir}: score {self.shown_score()} (the last 20 episodes);"
                   f" evaluate: python {SCRIPT}.py --eval {self.dir}")
 
 def evaluate(args):

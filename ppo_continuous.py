@@ -6,10 +6,11 @@ tanh-squashed one, on MuJoCo's HalfCheetah by default.
     python ppo_continuous.py --eval runs/<run> --gif run.gif
 
 CleanRL's settings, but the policy's log std starts at -0.5
-instead of 0. Expect 3,400 to 5,500 on HalfCheetah after 1M
-steps (README.md). Tags such as [core-7] number the details
-of "The 37 Implementation Details of PPO" (Huang et al.,
-2022), listed in the README.
+instead of 0, and the observation and reward statistics are
+updated once a rollout, not every step. Expect 3,400 to
+5,500 on HalfCheetah after 1M steps (README.md). Tags such
+as [core-7] number the details of "The 37 Implementation
+Details of PPO" (Huang et al., 2022), listed in the README.
 """
 import argparse
 import json
@@ -19,6 +20,7 @@ import re
 import signal
 import sys
 import time
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 
@@ -64,7 +66,7 @@ class Args:  # --help shows the comment after each field
     resume: str = ""  # Continue the run in this folder.
     eval: str = ""  # Play the policy of the run in this folder.
     eval_episodes: int = 10  # Episodes --eval plays.
-    deterministic: bool = False  # Play the mean action.
+    deterministic: bool = False  # Play the mean action (squashed, with --squash).
     gif: str = ""  # With --eval: write the first episode to this GIF.
 
 def make_envs(args, num_envs):
@@ -75,8 +77,8 @@ def make_envs(args, num_envs):
     # times), and a task of one's own need not take render_mode.
     settings = dict(render_mode="rgb_array") if args.gif else {}
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no display
-    # MuJoCo draws through EGL, from the camera on the body (the
-    # module of a module:id task is imported by now).
+    # MuJoCo draws through EGL, from the camera on the body (for a
+    # module:id task, parse_args's task_rules imported the module).
     if args.gif and "mujoco" in str(gym.spec(args.env_id.split(":")[-1]).entry_point):
         settings["camera_name"] = "track"
         os.environ.setdefault("MUJOCO_GL", "egl")
@@ -135,7 +137,7 @@ class Agent(nn.Module):
         obs_dim = envs.single_observation_space.shape[0]
         space = envs.single_action_space
         self.obs_norm = RunningNorm(obs_dim)
-        self.return_norm = RunningNorm()  # [cont-8]
+        self.return_norm = RunningNorm()  # [cont-8] its variance only
         self.critic = mlp(obs_dim, 1, out_std=1.0)
         # Small last weights: the first means are near 0.
         self.actor_mean = mlp(obs_dim, space.shape[0], out_std=0.01)
@@ -181,7 +183,7 @@ class Agent(nn.Module):
         #         = log scale + 2 (log 2 - u - softplus(-2u)).
         # The last form stays finite where tanh(u) rounds to 1;
         # u is stored for the same reason (atanh(a) would be
-        # infinite there). H(Normal) + log J estimates entropy.
+        # infinite there). H(Normal) + log J at u: one sample's entropy.
         scale = (self.high - self.low) / 2
         log_jacobian = scale.log() + 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
         action = (self.low + scale * (torch.tanh(u) + 1)).clamp(self.low, self.high)
@@ -239,7 +241,7 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
     # [core-12] Two numbers to watch (README): how far the
     # policy moved (an estimate of the KL divergence), and
     # the share of ratios outside the clip range.
-    approx_kl = ((ratio - 1) - logratio).mean()
+    approx_kl = ((ratio - 1) - logratio).mean()  # >= 0, low variance (k3)
     clipfrac = ((ratio - 1).abs() > clip_coef).float().mean()
     stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
                  approx_kl=approx_kl, clipfrac=clipfrac)
@@ -280,8 +282,8 @@ def update(agent, optimizer, args, batch):
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
             stats.append(dict(loss=loss.detach(), **mb_stats))
-        # [aux-3] With --target-kl, the epochs stop once the
-        # policy has moved that far from the rollout's.
+        # [aux-3] With --target-kl, no epoch starts after one whose
+        # last minibatch moved the policy that far from the rollout's.
         if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:
             break
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
@@ -312,7 +314,7 @@ def train(args):
     bootstraps = torch.zeros(shape, device=device)  # gamma V(final)
     rewards = np.zeros(shape, np.float32)
     dones = np.zeros(shape, np.float32)
-    discounted = np.zeros(shape, np.float32)  # returns so far
+    discounted = np.zeros(shape, np.float32)  # discounted sums of past rewards
     discounted_return = np.zeros(args.num_envs)
     # A resume starts new episodes, with new seeds.
     next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)
@@ -348,8 +350,8 @@ def train(args):
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
                     bootstraps[step, cut] = args.gamma * agent.get_value(final_obs)
             # ---- 3. advantages
-            # [cont-8, cont-9] Rewards divided by the std of the
-            # discounted returns so far put the critic's targets
+            # [cont-8, cont-9] Rewards divided by the std of their
+            # discounted sums so far give the critic's targets a spread
             # near 1 in any task; clipped to [-10, 10]. Truncation
             # bootstraps, in V's units already, are added after.
             agent.return_norm.update(discounted.reshape(-1))
@@ -363,8 +365,8 @@ def train(args):
                            advantages=advantages, returns=returns, values=values))
             if not math.isfinite(means.pop("loss")):
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
-            # The statistics take in the rollout only now, so that
-            # the update saw what the rollout saw.
+            # The statistics take in the rollout only now, so that the
+            # update normalizes as the rollout did: first ratios are 1.
             agent.obs_norm.update(obs.flatten(0, 1))
             iteration += 1
             # ---- 5. logging
@@ -375,16 +377,15 @@ def train(args):
     envs.close()
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
-PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # --eval's own; the rest: the checkpoint's
+PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # set by --eval; others: the checkpoint's
 POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm", "target_kl"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
     from the checkpoint, all checked before anything is made."""
-    # --help shows the docstring's first paragraph and each field's
-    # comment and default; a bad flag gets one line, and exit 2.
+    # --help: the docstring's first paragraph, each field's comment.
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
-                                     usage=argparse.SUPPRESS)
+                                     usage=argparse.SUPPRESS)  # a bad flag: one line
     helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
     for f in fields(Args):
         kind = dict(action=argparse.BooleanOptionalAction) if f.type is bool else dict(type=f.type)
@@ -418,7 +419,7 @@ def parse_args(argv=None):
          not args.gif or args.eval and os.path.isdir(os.path.dirname(args.gif) or ".")),
         ("run_dir", f"new or empty (to go on: --resume {args.run_dir})",
          args.resume or args.eval or is_new(args.run_dir))]
-    rules += task_rules(args)  # last: it makes an env
+    rules += task_rules(args)  # last: it makes an env (and may cap episodes)
     broken = [(name, must) for name, must, ok in rules if not ok]
     if broken:  # the first rule broken
         name, must = broken[0]
@@ -465,7 +466,7 @@ def load_checkpoint(path):
         sys.exit(f"error: {path}: not a {SCRIPT}.py checkpoint, format {FORMAT} ({e!r:.60})")
     return ckpt
 
-class Run:
+class Run(AbstractContextManager):  # with Run(...) as run
     """The run's bookkeeping: its folder, CSV logs, progress
     bar and checkpoints. Ctrl-C or SIGTERM asks it to stop
     after the update; leaving the `with` block saves."""
@@ -491,15 +492,17 @@ class Run:
         self.logs = {}
         # A resume drops the rows written after its checkpoint,
         # and a last row cut short (a power cut, a full disk).
+        kept = {}  # each CSV's rows, header first
         for name in ["updates.csv", "episodes.csv"]:
             rows = open(f"{self.dir}/{name}").read().split("\n") if ckpt else []
             if rows and rows[-1]:  # text after the last newline
                 print(f"{self.dir}/{name}: dropped a last row cut short")
-            kept = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
+            kept[name] = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
             self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
-            self.logs[name].writelines(row + "\n" for row in kept)
-        # episodes.csv, read last: each (step, return) kept.
-        self.curve = [(int(r.split(",")[0]), float(r.split(",")[2])) for r in kept[1:]]
+            self.logs[name].writelines(row + "\n" for row in kept[name])
+        # Each episode's (step, return) kept: columns 0 and 2.
+        rows = [r.split(",") for r in kept["episodes.csv"][1:]]
+        self.curve = [(int(r[0]), float(r[2])) for r in rows]
         self.bar = tqdm(total=total_steps, initial=steps, unit="step")
         self.score = np.zeros(args.num_envs)
         self.length = np.zeros(args.num_envs, int)
@@ -524,7 +527,7 @@ class Run:
         self.score[ended] = 0
         self.length[ended] = 0
 
-    def mean_score(self):
+    def shown_score(self):
         """The score: the mean return of the last 20 episodes."""
         if not self.curve:
             return "none, no episode has ended yet"
@@ -536,7 +539,7 @@ class Run:
         self.last = time.time()
         self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
         self.bar.update(global_step - self.bar.n)
-        self.bar.set_postfix_str(f"score {self.mean_score()}")
+        self.bar.set_postfix_str(f"score {self.shown_score()}")
         self.state = state  # what the next save writes
         if time.time() - self.saved >= self.args.save_interval:
             self.save()
@@ -550,7 +553,7 @@ class Run:
         self.logs[name].write(",".join(map(str, text)) + "\n")
 
     def save(self, checkpoint=True):
-        """The checkpoint (renamed in place), curve.png."""
+        """The checkpoint (written aside, then renamed), curve.png."""
         if checkpoint and self.state:
             ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args),
                         wall_time=time.time() - self.start, **self.state)
@@ -563,15 +566,12 @@ class Run:
         w = min(20, len(data))  # the score's window
         if w:
             average = np.convolve(data[:, 1], np.ones(w) / w, "valid")
-            plt.plot(data[w - 1:, 0], average, label=f"mean of {w}, the score: {self.mean_score()}")
+            plt.plot(data[w - 1:, 0], average, label=f"mean of {w}, score {self.shown_score()}")
         title = f"{SCRIPT}.py, {self.args.env_id}, seed {self.args.seed}"
         plt.gca().set(title=title, xlabel="environment steps", ylabel="episodic return")
         plt.legend()
         plt.savefig(f"{self.dir}/curve.png")
         plt.close()
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, error, *_):
         # After an error the last good checkpoint stays.
@@ -582,7 +582,7 @@ class Run:
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
         if error is None:
-            print(f"{self.dir}: score {self.mean_score()} (the last 20 episodes);"
+            print(f"{self.dir}: score {self.shown_score()} (the last 20 episodes);"
                   f" evaluate: python {SCRIPT}.py --eval {self.dir}")
 
 @torch.no_grad()

@@ -18,12 +18,12 @@ As the elite may be a lucky one, and training can make it
 worse, the fittest member ever scored is kept as it was,
 for --eval. Members train side by side (--workers). Any task
 with a flat Box observation and Discrete, MultiDiscrete,
-MultiBinary or Box actions.
-
-Tags such as [core-7] number the details of "The 37
-Implementation Details of PPO" (Huang et al., 2022), listed
-in the README. Left out: annealing (core-4) and the KL stop
-(aux-3), since evolution sets the rate and the clip range.
+MultiBinary or Box actions. Tags such as [core-7] number the
+details of "The 37 Implementation Details of PPO" (Huang et
+al., 2022), listed in the README. Left out: annealing
+(core-4) and the KL stop (aux-3), since evolution sets the
+rate and the clip range, and observation and reward
+normalization (cont-6 to cont-9).
 """
 import argparse
 import copy
@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 
@@ -61,7 +62,7 @@ FORMAT = 5  # the checkpoint's layout
 # them log-uniformly; mutation keeps them inside. The rate's
 # floor is 1e-4: early on, when all are poor, a member with a
 # lower rate (which barely learns) can win tournaments by luck
-# and fill the population, and x1.2 a generation is slow.
+# and fill the population; mutations lift it by x1.2 at most.
 HPARAMS = dict(learning_rate=(1e-4, 3e-3), ent_coef=(1e-4, 0.03),
                clip_coef=(0.1, 0.3), gae_lambda=(0.9, 1.0))
 
@@ -92,7 +93,7 @@ class Args:  # --help shows the comment after each field
     resume: str = ""  # Continue the run in this folder.
     eval: str = ""  # Play the fittest member this run scored.
     eval_episodes: int = 10  # Episodes of a fitness, and of --eval.
-    deterministic: bool = False  # Play the likeliest action.
+    deterministic: bool = False  # Play the likeliest action (fitness games too).
     gif: str = ""  # With --eval: write the first episode to this GIF.
 
 def make_envs(args, num_envs):
@@ -232,7 +233,7 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
     # [core-12] Two numbers to watch (README): how far the
     # policy moved (an estimate of the KL divergence), and
     # the share of ratios outside the clip range.
-    approx_kl = ((ratio - 1) - logratio).mean()
+    approx_kl = ((ratio - 1) - logratio).mean()  # >= 0, low variance (k3)
     clipfrac = ((ratio - 1).abs() > clip_coef).float().mean()
     stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
                  approx_kl=approx_kl, clipfrac=clipfrac)
@@ -298,21 +299,22 @@ def build(member, envs, args, device):
     optimizer.param_groups[0]["lr"] = member["hparams"]["learning_rate"]
     return agent, optimizer
 
-def train_member(member, global_step, args, generation, start):
+def train_member(member, global_step, args, generation, run_start):
     """A member's PPO for a generation, then its fitness, in a
     worker. Its random numbers come from the run's seed, the
     generation and its id, whatever the order or the process.
-    -> the member trained (a new dict), and its CSV rows."""
+    global_step: the run's before it. -> the member trained
+    (a new dict), and its CSV rows."""
     # ---- 1. setup
     seeds = np.random.SeedSequence([args.seed, generation, member["id"]])
     seed = int(seeds.generate_state(1)[0])
     torch.manual_seed(seed)
     device = pick_device(args.device)
-    envs = make_envs(args, args.num_envs)
+    envs = make_envs(args, args.num_envs)  # new: unfinished episodes go unlogged
     agent, optimizer = build(member, envs, args, device)
     # From here on, args holds this member's hyperparameters too.
     args = argparse.Namespace(**vars(args), **member["hparams"])
-    log = Log(args.num_envs, start)  # rows for the run's writer
+    log = Log(args.num_envs, run_start)  # rows for the run's writer
     # The rollout, (num_steps, num_envs, ...) each.
     shape = (args.num_steps, args.num_envs)
     on_device = partial(torch.as_tensor, dtype=torch.float32, device=device)
@@ -325,7 +327,7 @@ def train_member(member, global_step, args, generation, start):
     dones = np.zeros(shape, np.float32)
     next_obs, _ = envs.reset(seed=seed)
     next_done = np.zeros(args.num_envs, bool)
-    for rollout in range(math.ceil(args.evo_steps / rewards.size)):
+    for rollout in range(math.ceil(args.evo_steps / rewards.size)):  # size: a rollout's
         # ---- 2. rollout
         bootstraps.zero_()
         for step in range(args.num_steps):
@@ -361,8 +363,8 @@ def train_member(member, global_step, args, generation, start):
                    clip_coef=args.clip_coef, **means,
                    explained_variance=explained_variance(values, returns), member=member["id"])
     envs.close()
-    # The fitness: all members play the same starts, eval_episodes new seeds
-    # each generation, after the first block (--eval's, for a default run).
+    # Fitness: all members play the same starts, new each generation, past the
+    # first block of seeds, which --eval plays by default: none scored there.
     scores, lengths = play(agent, args, args.seed + (generation + 1) * args.eval_episodes, device)
     member = dict(member, model=agent.cpu().state_dict(), adam=optimizer.state_dict(),
                   fitness=float(scores.mean()))
@@ -453,10 +455,10 @@ def train(args):
             if args.evolve and generation:
                 population = next_generation(population, generation, args)
             # ---- 8. training and fitness, the members side by side
-            starts = [global_step + i * member_steps for i in range(args.pop_size)]  # their steps
-            job = partial(train_member, args=args, generation=generation, start=run.start)
+            first_steps = [global_step + i * member_steps for i in range(args.pop_size)]
+            job = partial(train_member, args=args, generation=generation, run_start=run.start)
             trained = []
-            for member, rows in run.pool.map(job, population, starts):
+            for member, rows in run.pool.map(job, population, first_steps):
                 run.add(rows, member_steps)  # written in the members' order
                 trained.append(member)
             population = trained
@@ -466,16 +468,15 @@ def train(args):
             run.state = dict(population=population, global_step=global_step, best=best)
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
-PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # --eval's own; the rest: the checkpoint's
+PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # set by --eval; others: the checkpoint's
 POSITIVE = ["max_grad_norm"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
     from the checkpoint, all checked before anything is made."""
-    # --help shows the docstring's first paragraph and each field's
-    # comment and default; a bad flag gets one line, and exit 2.
+    # --help: the docstring's first paragraph, each field's comment.
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
-                                     usage=argparse.SUPPRESS)
+                                     usage=argparse.SUPPRESS)  # a bad flag: one line
     helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
     for f in fields(Args):
         kind = dict(action=argparse.BooleanOptionalAction) if f.type is bool else dict(type=f.type)
@@ -567,7 +568,7 @@ def load_checkpoint(path):
         sys.exit(f"error: {path}: not a {SCRIPT}.py checkpoint, format {FORMAT} ({e!r:.60})")
     return ckpt
 
-class Run:
+class Run(AbstractContextManager):  # with Run(...) as run
     """The run's bookkeeping: folder, CSV logs, progress bar,
     checkpoints, worker processes. Ctrl-C or SIGTERM asks it to
     stop after the generation; leaving the `with` block saves."""
@@ -593,18 +594,20 @@ class Run:
         self.logs = {}
         # A resume drops the rows written after its checkpoint,
         # and a last row cut short (a power cut, a full disk).
+        kept = {}  # each CSV's rows, header first
         for name in ["episodes.csv", "updates.csv", "population.csv"]:
             rows = open(f"{self.dir}/{name}").read().split("\n") if ckpt else []
             if rows and rows[-1]:  # text after the last newline
                 print(f"{self.dir}/{name}: dropped a last row cut short")
-            kept = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
+            kept[name] = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
             self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
-            self.logs[name].writelines(row + "\n" for row in kept)
-        # population.csv, read last: each (step, fitness) kept.
-        self.curve = [(int(r.split(",")[0]), float(r.split(",")[6])) for r in kept[1:]]
+            self.logs[name].writelines(row + "\n" for row in kept[name])
+        # Each member's (step, fitness) kept: columns 0 and 6.
+        rows = [r.split(",") for r in kept["population.csv"][1:]]
+        self.curve = [(int(r[0]), float(r[6])) for r in rows]
         self.bar = tqdm(total=total_steps, initial=steps, unit="step")
-        # The members train side by side in worker processes,
-        # each started anew (spawn), not a copy of this one.
+        # The members train side by side in worker processes, each a
+        # new interpreter (spawn): a fork would copy this one's threads.
         spawn = multiprocessing.get_context("spawn")
         self.pool = ProcessPoolExecutor(args.workers, spawn, initializer=start_worker)
         self.state = {}  # what the checkpoint holds
@@ -625,11 +628,11 @@ class Run:
                 self.write(f"{name}.csv", row)
         self.curve += [(row["global_step"], row["fitness"]) for row in rows["population"]]
         self.bar.update(steps)
-        self.bar.set_postfix_str(f"score {self.mean_score()}")
+        self.bar.set_postfix_str(f"score {self.shown_score()}")
         if time.time() - self.saved >= self.args.save_interval:
             self.save()
 
-    def mean_score(self):
+    def shown_score(self):
         """The score: the fitness of the fittest member scored."""
         if not self.curve:
             return "none, no member has been scored yet"
@@ -644,7 +647,7 @@ class Run:
         self.logs[name].write(",".join(map(str, text)) + "\n")
 
     def save(self, checkpoint=True):
-        """The checkpoint (renamed in place), curve.png."""
+        """The checkpoint (written aside, then renamed), curve.png."""
         if checkpoint and self.state:
             ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args),
                         wall_time=time.time() - self.start, **self.state)
@@ -655,15 +658,12 @@ class Run:
         data = np.array(self.curve, dtype=float).reshape(-1, 2)  # step, fitness
         plt.plot(*data.T, ".", alpha=0.3, label="a member's fitness")
         best = np.maximum.accumulate(data[:, 1])  # the fittest so far
-        plt.plot(data[:, 0], best, label=f"the fittest, the score: {self.mean_score()}")
+        plt.plot(data[:, 0], best, label=f"the fittest, the score: {self.shown_score()}")
         title = f"{SCRIPT}.py, {self.args.env_id}, seed {self.args.seed}"
         plt.gca().set(title=title, xlabel="environment steps, all members'", ylabel="fitness")
         plt.legend()
         plt.savefig(f"{self.dir}/curve.png")
         plt.close()
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, error, value, _):
         # After an error the last good checkpoint stays, and the
@@ -681,7 +681,7 @@ class Run:
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
         if error is None:
-            print(f"{self.dir}: score {self.mean_score()} (the fittest member's fitness);"
+            print(f"{self.dir}: score {self.shown_score()} (the fittest member's fitness);"
                   f" evaluate: python {SCRIPT}.py --eval {self.dir}")
 
 def start_worker():

@@ -9,10 +9,10 @@ velocities hidden, which no memoryless policy can balance.
 
 Any task with a flat Box observation and Discrete,
 MultiDiscrete, MultiBinary or Box actions; --mask hides
-observation indices. Tags such as [core-7] number the
-details of "The 37 Implementation Details of PPO" (Huang
-et al., 2022), listed in the README. Left out: one LSTM for
-actor and critic (more runs failed), the KL stop (aux-3).
+observation indices. Tags such as [core-7] number the details
+of "The 37 Implementation Details of PPO" (Huang et al.,
+2022), listed in the README. Left out: the KL stop (aux-3),
+and one LSTM for actor and critic (more runs failed).
 """
 import argparse
 import json
@@ -22,6 +22,7 @@ import re
 import signal
 import sys
 import time
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 
@@ -189,11 +190,12 @@ class Agent(nn.Module):
     def __init__(self, envs, args):
         super().__init__()
         obs_size = envs.single_observation_space.shape[0]
+        # The mask as parse_args settles it: "" or "none" hides nothing.
         masked = args.mask.split(",")
         self.visible = [i for i in range(obs_size) if str(i) not in masked]
         n = len(self.visible)  # inputs the agent sees
         self.obs_norm = RunningNorm(n)
-        self.return_norm = RunningNorm()  # [cont-8]
+        self.return_norm = RunningNorm()  # [cont-8] its variance only
         self.encoder = nn.Sequential(layer_init(nn.Linear(n, 64)), nn.Tanh())
         self.space = envs.single_action_space
         # Small last weights: all actions about as likely.
@@ -207,10 +209,10 @@ class Agent(nn.Module):
             self.actor_logstd = nn.Parameter(torch.full(self.space.shape, -0.5))
 
     def scale_rewards(self, rewards, discounted):
-        """[cont-8, cont-9] Rewards divided by the std of the
-        discounted return, which puts the critic's targets near
-        1 in any task, then clipped to [-10, 10]. discounted:
-        the returns so far at each step, for the statistics.
+        """[cont-8, cont-9] Rewards divided by the std of their
+        discounted sums so far, which gives the critic's targets a
+        spread near 1 in any task, then clipped to [-10, 10].
+        discounted: those sums at each step, for the statistics.
         Truncation bootstraps, in V's units already, come after."""
         self.return_norm.update(discounted.reshape(-1))
         return (rewards / (self.return_norm.var.float() + 1e-8).sqrt()).clamp(-10, 10)
@@ -218,7 +220,7 @@ class Agent(nn.Module):
     @torch.no_grad()  # for the rollout only
     def get_value(self, x, state):
         """V of x (B, obs_size), one step on from the critic's
-        state, as if the episode went on (GAE drops V where not)."""
+        state, as if the episode went on (GAE drops V where it ended)."""
         x = self.encoder(self.obs_norm(x[None, :, self.visible]))
         out, _ = self.critic.lstm(x, state)
         return self.critic.head(out[0]).squeeze(-1)
@@ -291,7 +293,7 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
     # [core-12] Two numbers to watch (README): how far the
     # policy moved (an estimate of the KL divergence), and
     # the share of ratios outside the clip range.
-    approx_kl = ((ratio - 1) - logratio).mean()
+    approx_kl = ((ratio - 1) - logratio).mean()  # >= 0, low variance (k3)
     clipfrac = ((ratio - 1).abs() > clip_coef).float().mean()
     stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
                  approx_kl=approx_kl, clipfrac=clipfrac)
@@ -325,6 +327,8 @@ def update(agent, optimizer, args, first, batch):
             # fixed: gradients flow back through this rollout's
             # num_steps steps and stop at its start.
             mb_first = [(h[:, mb_inds], c[:, mb_inds]) for h, c in first]
+            # obs keep their time axis for the LSTMs; the actions are
+            # flattened to (T * B, ...), as the outputs come.
             _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
                 mb["obs"], mb_first, mb["dones"], mb["actions"].flatten(0, 1))
             mb = {k: x.flatten(0, 1) for k, x in mb.items()}
@@ -374,7 +378,7 @@ def train(args):
     bootstraps = torch.zeros(shape, device=device)  # gamma V(final)
     dones = torch.zeros(shape, device=device)  # the LSTMs read it
     rewards = np.zeros(shape, np.float32)
-    discounted = np.zeros(shape, np.float32)  # returns so far
+    discounted = np.zeros(shape, np.float32)  # discounted sums of past rewards
     discounted_return = np.zeros(args.num_envs)
     # A resume starts new episodes, with new seeds.
     next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)
@@ -414,8 +418,8 @@ def train(args):
                 cut = trunc & ~term
                 if cut.any():
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
-                    state = [s[:, cut] for s in states[1]]
-                    bootstraps[step, cut] = args.gamma * agent.get_value(final_obs, state)
+                    critic_state = [s[:, cut] for s in states[1]]
+                    bootstraps[step, cut] = args.gamma * agent.get_value(final_obs, critic_state)
             # ---- 3. advantages
             scaled = agent.scale_rewards(on_device(rewards), discounted)
             advantages, returns = compute_gae(scaled + bootstraps, values, dones,
@@ -439,16 +443,15 @@ def train(args):
     envs.close()
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
-PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # --eval's own; the rest: the checkpoint's
+PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # set by --eval; others: the checkpoint's
 POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
     from the checkpoint, all checked before anything is made."""
-    # --help shows the docstring's first paragraph and each field's
-    # comment and default; a bad flag gets one line, and exit 2.
+    # --help: the docstring's first paragraph, each field's comment.
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
-                                     usage=argparse.SUPPRESS)
+                                     usage=argparse.SUPPRESS)  # a bad flag: one line
     helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
     for f in fields(Args):
         kind = dict(action=argparse.BooleanOptionalAction) if f.type is bool else dict(type=f.type)
@@ -540,7 +543,7 @@ def load_checkpoint(path):
         sys.exit(f"error: {path}: not a {SCRIPT}.py checkpoint, format {FORMAT} ({e!r:.60})")
     return ckpt
 
-class Run:
+class Run(AbstractContextManager):  # with Run(...) as run
     """The run's bookkeeping: its folder, CSV logs, progress
     bar and checkpoints. Ctrl-C or SIGTERM asks it to stop
     after the update; leaving the `with` block saves."""
@@ -566,15 +569,17 @@ class Run:
         self.logs = {}
         # A resume drops the rows written after its checkpoint,
         # and a last row cut short (a power cut, a full disk).
+        kept = {}  # each CSV's rows, header first
         for name in ["updates.csv", "episodes.csv"]:
             rows = open(f"{self.dir}/{name}").read().split("\n") if ckpt else []
             if rows and rows[-1]:  # text after the last newline
                 print(f"{self.dir}/{name}: dropped a last row cut short")
-            kept = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
+            kept[name] = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
             self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
-            self.logs[name].writelines(row + "\n" for row in kept)
-        # episodes.csv, read last: each (step, return) kept.
-        self.curve = [(int(r.split(",")[0]), float(r.split(",")[2])) for r in kept[1:]]
+            self.logs[name].writelines(row + "\n" for row in kept[name])
+        # Each episode's (step, return) kept: columns 0 and 2.
+        rows = [r.split(",") for r in kept["episodes.csv"][1:]]
+        self.curve = [(int(r[0]), float(r[2])) for r in rows]
         self.bar = tqdm(total=total_steps, initial=steps, unit="step")
         self.score = np.zeros(args.num_envs)
         self.length = np.zeros(args.num_envs, int)
@@ -599,7 +604,7 @@ class Run:
         self.score[ended] = 0
         self.length[ended] = 0
 
-    def mean_score(self):
+    def shown_score(self):
         """The score: the mean return of the last 20 episodes."""
         if not self.curve:
             return "none, no episode has ended yet"
@@ -611,7 +616,7 @@ class Run:
         self.last = time.time()
         self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
         self.bar.update(global_step - self.bar.n)
-        self.bar.set_postfix_str(f"score {self.mean_score()}")
+        self.bar.set_postfix_str(f"score {self.shown_score()}")
         self.state = state  # what the next save writes
         if time.time() - self.saved >= self.args.save_interval:
             self.save()
@@ -625,7 +630,7 @@ class Run:
         self.logs[name].write(",".join(map(str, text)) + "\n")
 
     def save(self, checkpoint=True):
-        """The checkpoint (renamed in place), curve.png."""
+        """The checkpoint (written aside, then renamed), curve.png."""
         if checkpoint and self.state:
             ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args),
                         wall_time=time.time() - self.start, **self.state)
@@ -638,15 +643,12 @@ class Run:
         w = min(20, len(data))  # the score's window
         if w:
             average = np.convolve(data[:, 1], np.ones(w) / w, "valid")
-            plt.plot(data[w - 1:, 0], average, label=f"mean of {w}, the score: {self.mean_score()}")
+            plt.plot(data[w - 1:, 0], average, label=f"mean of {w}, score {self.shown_score()}")
         title = f"{SCRIPT}.py, {self.args.env_id}, seed {self.args.seed}"
         plt.gca().set(title=title, xlabel="environment steps", ylabel="episodic return")
         plt.legend()
         plt.savefig(f"{self.dir}/curve.png")
         plt.close()
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, error, *_):
         # After an error the last good checkpoint stays.
@@ -657,7 +659,7 @@ class Run:
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
         if error is None:
-            print(f"{self.dir}: score {self.mean_score()} (the last 20 episodes);"
+            print(f"{self.dir}: score {self.shown_score()} (the last 20 episodes);"
                   f" evaluate: python {SCRIPT}.py --eval {self.dir}")
 
 @torch.no_grad()
@@ -671,7 +673,7 @@ def evaluate(args):
     obs, _ = envs.reset(seed=args.seed)
     zeros = torch.zeros(1, envs.num_envs, 64, device=device)
     states = [(zeros, zeros), (zeros, zeros)]  # carried along
-    done = zeros[..., 0]  # (1, B): no episode starts anew
+    done = zeros[..., 0]  # (1, B): states carry on, into unscored episodes too
     scores = np.zeros(envs.num_envs)
     over = np.zeros(envs.num_envs, bool)
     frames = []  # episode 0's

@@ -162,3 +162,15 @@ def test_total_loss_and_stats(script):
         assert not (isinstance(value, torch.Tensor) and (value.requires_grad or value.dim() != 0))
     for k, v in inputs.items():
         assert torch.equal(v.detach(), copies[k]), f"ppo_loss changed its input {k}"
+
+
+# ----------------------------------------------------------------------------------- explained variance
+def test_explained_variance(script):
+    """1 - Var(R - V) / Var(R), by hand: R = 1, 2, 3, 6 (mean 3, Var 14/3 unbiased), R - V = 0, 0, 0, 2 (mean 0.5,
+    Var 3/3 = 1), so 1 - 1 / (14/3) = 11/14. Where the returns do not vary, nan (never an infinity)."""
+    values, returns = T([1.0, 2.0, 3.0, 4.0]), T([1.0, 2.0, 3.0, 6.0])
+    assert script.explained_variance(values, returns) == pytest.approx(11 / 14)
+    assert script.explained_variance(returns, returns) == pytest.approx(1.0)
+    for values in (T([1.0, 2.0, 3.0, 4.0]), T([2.0, 2.0, 2.0, 2.0])):
+        ev = script.explained_variance(values, T([2.0, 2.0, 2.0, 2.0]))
+        assert isinstance(ev, float) and ev != ev  # nan
