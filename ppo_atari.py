@@ -103,8 +103,8 @@ def make_envs(args, num_envs, **overrides):
     return AtariVectorEnv(rom_id(args.env_id), num_envs, **{**settings, **overrides})
 
 def layer_init(layer, std=2 ** 0.5):
-    # [core-2] Orthogonal weights keep the signal's scale
-    # through the layers at first; biases start at 0.
+    # [core-2] Orthogonal weights keep the signal's scale at first;
+    # the gain sqrt(2) makes up for the half that ReLU zeroes.
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.zeros_(layer.bias)
     return layer
@@ -263,8 +263,8 @@ def make_learner(args, envs, device, ckpt):
     # it was. float64, a Python float's precision: no rounding.
     lr = torch.tensor(0.0, dtype=torch.float64, device=device)
     clip_coef = torch.tensor(0.0, dtype=torch.float64, device=device)
-    # [core-3] Adam's eps is 1e-5, as in OpenAI's code; a
-    # capturable Adam can be recorded in a CUDA graph.
+    # [core-3] Adam's eps is 1e-5 as in OpenAI's code (torch's
+    # 1e-8); a capturable Adam can be recorded in a CUDA graph.
     cuda = device.type == "cuda"
     optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=cuda)
     if ckpt:

@@ -110,8 +110,8 @@ def make_envs(args, num_envs):
     return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode="SameStep")
 
 def layer_init(layer, std=2 ** 0.5):
-    # [core-2] Orthogonal weights keep the signal's scale
-    # through the layers at first; biases start at 0.
+    # [core-2] Orthogonal weights keep the signal's scale at first;
+    # the gain sqrt(2), made for ReLU, is OpenAI's for tanh too.
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.zeros_(layer.bias)
     return layer
@@ -287,7 +287,7 @@ def build(member, envs, args, device):
     agent = Agent(envs, args).to(device)
     if member["model"]:  # else the new weights just drawn
         agent.load_state_dict(member["model"])
-    # [core-3] Adam's eps is 1e-5, as in OpenAI's code.
+    # [core-3] Adam's eps is 1e-5 as in OpenAI's code (torch's: 1e-8).
     optimizer = torch.optim.Adam(agent.parameters(), eps=1e-5)
     # A copy inherits Adam's moment estimates, so it goes on
     # where its parent was. They are deep-copied: Adam changes

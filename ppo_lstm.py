@@ -88,8 +88,8 @@ def make_envs(args, num_envs):
     return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode="SameStep")
 
 def layer_init(layer, std=2 ** 0.5):
-    # [core-2] Orthogonal weights keep the signal's scale
-    # through the layers at first; biases start at 0.
+    # [core-2] Orthogonal weights keep the signal's scale at first;
+    # the gain sqrt(2), made for ReLU, is OpenAI's for tanh too.
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.zeros_(layer.bias)
     return layer
@@ -360,7 +360,7 @@ def train(args):
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.num_envs)
     agent = Agent(envs, args).to(device)
-    # [core-3] Adam's eps is 1e-5, as in OpenAI's code.
+    # [core-3] Adam's eps is 1e-5 as in OpenAI's code (torch's: 1e-8).
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     ckpt = load_checkpoint(args.resume) if args.resume else {}
     if ckpt:
