@@ -59,12 +59,18 @@ SCRIPT = "ppo_evolve"  # in every checkpoint
 FORMAT = 5  # the checkpoint's layout
 # The evolved hyperparameters and their ranges, around the
 # values PPO is known to work with. The first members draw
-# them log-uniformly; mutation keeps them inside. The rate's
+# them log-uniformly, GAE's lambda as 1 - lambda, from 0.01 to
+# 0.1 (on_scale, next); mutation keeps them inside. The rate's
 # floor is 1e-4: early on, when all are poor, a member with a
 # lower rate (which barely learns) can win tournaments by luck
 # and fill the population; mutations lift it by x1.2 at most.
 HPARAMS = dict(learning_rate=(1e-4, 3e-3), ent_coef=(1e-4, 0.03),
-               clip_coef=(0.1, 0.3), gae_lambda=(0.9, 1.0))
+               clip_coef=(0.1, 0.3), gae_lambda=(0.9, 0.99))
+
+def on_scale(name, value):
+    """Draws and mutations take GAE's lambda as 1 - lambda, the
+    inverse of its horizon: x1.2 takes 0.95 to 0.94, not past 1."""
+    return 1 - value if name == "gae_lambda" else value  # its own inverse
 
 @dataclass
 class Args:  # --help shows the comment after each field
@@ -416,15 +422,10 @@ def next_generation(population, generation, args):
         drawn = rng.choice(population, args.tournament_size)
         parent = fittest(drawn)
         child = copy.deepcopy(parent)
-        # Its mutation: one hyperparameter x0.8 or x1.2. GAE's
-        # lambda goes through 1 - lambda, the inverse of its
-        # horizon, so that it too moves a little: 0.95 becomes
-        # 0.94 or 0.96, where x1.2 would jump past 1.
+        # Its mutation: one hyperparameter x0.8 or x1.2 (on_scale).
         mutation = str(rng.choice(list(HPARAMS)))
         factor = rng.choice([0.8, 1.2])
-        value = child["hparams"][mutation] * factor
-        if mutation == "gae_lambda":
-            value = 1 - (1 - child["hparams"][mutation]) * factor
+        value = on_scale(mutation, on_scale(mutation, child["hparams"][mutation]) * factor)
         child["hparams"][mutation] = float(np.clip(value, *HPARAMS[mutation]))
         members.append(dict(child, id=generation * args.pop_size + place,
                             parent=parent["id"], mutation=mutation, fitness=-math.inf))
@@ -432,17 +433,17 @@ def next_generation(population, generation, args):
 
 def train(args):
     # ---- 6. the population
-    # A member trains whole rollouts: evo_steps rounded up.
     batch = args.num_envs * args.num_steps
     member_steps = math.ceil(args.evo_steps / batch) * batch
     if member_steps != args.evo_steps:
         print(f"--evo-steps rounded up to whole rollouts: {member_steps:,} steps a member")
     steps = args.pop_size * member_steps  # a generation's
     ckpt = load_checkpoint(args.resume) if args.resume else {}
-    rng = np.random.default_rng([args.seed, 0])  # generation 0's draws
+    rng = np.random.default_rng([args.seed, 0])  # generation 0's draws, log-uniform
+    log_bounds = {k: np.log(sorted(on_scale(k, x) for x in r)) for k, r in HPARAMS.items()}
     population = ckpt.get("population") or [dict(
         id=i, parent=-1, mutation="new", fitness=-math.inf, model={}, adam={},
-        hparams={k: float(np.exp(rng.uniform(*np.log(r)))) for k, r in HPARAMS.items()})
+        hparams={k: on_scale(k, float(np.exp(rng.uniform(*log_bounds[k])))) for k in HPARAMS})
         for i in range(args.pop_size)]
     global_step = ckpt.get("global_step", 0)  # all members'
     best = ckpt.get("best", population[0])  # -inf until scored
@@ -525,12 +526,11 @@ def is_new(folder):
         return not os.listdir(folder)
     return not os.path.exists(folder) and not os.path.isfile(os.path.dirname(folder))
 
-SPACES = (Discrete, MultiDiscrete, MultiBinary, Box)
-
 def task_rules(args):
     """Rules for --env-id, checked on an env. A task with no
     time limit gets one, said in a line at the start; --target
     is by default the task's reward threshold."""
+    spaces = (Discrete, MultiDiscrete, MultiBinary, Box)
     try:  # an id gymnasium knows, or module:id
         env = gym.make(args.env_id)
     except Exception as e:  # unknown, or an extra missing
@@ -543,11 +543,11 @@ def task_rules(args):
     if args.target is None:
         args.target = math.inf if threshold is None else threshold
     obs_space = env.observation_space
-    names = ", ".join(s.__name__ for s in SPACES)
+    names = ", ".join(s.__name__ for s in spaces)
     return [("env_id", f"a task with a flat Box observation, not {obs_space}",
              isinstance(obs_space, Box) and len(obs_space.shape) == 1),
             ("env_id", f"a task with {names} actions, not {env.action_space}",
-             isinstance(env.action_space, SPACES) and len(env.action_space.shape) <= 1)]
+             isinstance(env.action_space, spaces) and len(env.action_space.shape) <= 1)]
 
 def pick_device(name):
     # One torch thread: these small networks run faster so,
