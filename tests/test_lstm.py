@@ -335,15 +335,16 @@ def test_a_task_named_module_id_trains_and_evaluates_from_the_command_line(tmp_p
 
 @pytest.mark.slow
 def test_learns_masked_cartpole_and_the_control_does_not(tmp_path):
-    # Seed 1 with the default budget (50k steps), then the final policy played greedily for 20 episodes:
-    # the bar is CartPole's own threshold, 475. Measured on seeds 1 to 16: 475 or more in 15 (seed 1: 500.0);
-    # the memoryless control 41 to 45 on seeds 1 to 3 (docs/ppo_lstm.md). The mean of the last 20 training
-    # episodes is a noisier measure (sampled actions, a policy still moving): 10 of those 16 were at 475 or more.
+    # Seed 1 with the default budget (50k steps), then the final policy played greedily for 20 episodes.
+    # A fixed seed takes another path on another CPU, so the bar stands where seeds stand in for CPUs: 200, with
+    # the memoryless control below 100. Measured, greedy: on a 2-core Intel Xeon with AVX-512, seeds 1-8, 373.9
+    # to 500.0 (seed 1: 500.0); on a 2-core AMD EPYC with AVX2 only, seeds 1-16, 244.7 to 500.0 (475 or more on
+    # 12; seed 1: 494.3); the control 38.5 to 44.2 on seeds 1-3 there (docs/ppo_lstm.md).
     scores = {}
     for memory in ("--memory", "--no-memory"):
         run_dir = tmp_path / memory
         P.train(P.parse_args(["--seed", "1", memory, "--run-dir", str(run_dir)]))
         checkpoint = str(run_dir / "checkpoint.pt")
         scores[memory] = P.evaluate(P.parse_args(["--eval", checkpoint, "--deterministic"])).mean()
-    assert scores["--memory"] >= 475, scores
-    assert scores["--no-memory"] < 200, scores
+    assert scores["--memory"] >= 200, scores
+    assert scores["--no-memory"] < 100, scores
