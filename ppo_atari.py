@@ -10,11 +10,9 @@ Adam 2.5e-4, clip 0.1, entropy 0.01). Unlike CleanRL's, the
 clip range anneals with the learning rate, as in the PPO
 paper; nothing presses FIRE after a lost life (the policy
 learns to); a game cut by the frame cap is bootstrapped.
-Over 1M steps (--total-timesteps 1000000, so the schedules
-end there) it scores about 19 over the last 100 games,
-CleanRL's script about 20 (README.md). Tags such as [core-7]
-number the details of "The 37 Implementation Details of
-PPO" (Huang et al., 2022), listed in the README.
+Tags such as [core-7] number the details of "The 37
+Implementation Details of PPO" (Huang et al., 2022), listed
+in the README. Left out: the target-KL stop (aux-3).
 """
 import argparse
 import json
@@ -25,11 +23,9 @@ import signal
 import sys
 import time
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import partial
 
-if __name__ == "__main__":  # Ctrl-C while importing: exit 130, no traceback
-    signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
 import numpy as np
 import torch
 import torch.nn as nn
@@ -40,7 +36,7 @@ from torch.distributions import Categorical
 from tqdm import tqdm
 
 SCRIPT = "ppo_atari"  # in every checkpoint
-FORMAT = 2  # the checkpoint's layout
+FORMAT = 3  # the checkpoint's layout
 
 @dataclass
 class Args:  # --help shows the comment after each field
@@ -62,7 +58,6 @@ class Args:  # --help shows the comment after each field
     clip_vloss: bool = True  # Clip the value loss too.
     vf_coef: float = 0.5  # Weight of the value loss.
     max_grad_norm: float = 0.5  # Largest gradient norm.
-    target_kl: float = None  # Stop the epochs past this KL.
     seed: int = 1  # Seed of torch and the games.
     device: str = "auto"  # auto (CUDA if any), cpu or cuda.
     cuda_graphs: bool = True  # On CUDA, record and replay steps.
@@ -76,10 +71,9 @@ class Args:  # --help shows the comment after each field
     gif: str = ""  # With --eval: a GIF of the first game.
 
 def make_envs(args, num_envs, **overrides):
-    """[core-1] num_envs games side by side, stepped by ale-py
-    in C++ threads, with the classic preprocessing of
-    DeepMind's DQN (the tests check its frames against
-    Stable-Baselines3's wrappers)."""
+    """[core-1] num_envs games side by side, stepped by ale-py in
+    C++ threads, with DeepMind's DQN preprocessing (the tests
+    check its frames against Stable-Baselines3's wrappers)."""
     # [atari-1] Up to 30 no-ops at a reset vary the starts.
     # [atari-2] Each action lasts 4 frames, and the last two
     # are max-pooled, for the sprites that flicker.
@@ -99,7 +93,9 @@ def make_envs(args, num_envs, **overrides):
         stack_num=4,  # [atari-7] the last 4 frames
         repeat_action_probability=0,  # no sticky actions
         max_num_frames_per_episode=args.max_episode_frames,
-        autoreset_mode="SameStep")  # reset in the step that ends it; final_obs in info
+        # A game that ends resets in that same step: the obs returned is
+        # the new game's first; the ended game's last is info["final_obs"].
+        autoreset_mode="SameStep")
     return AtariVectorEnv(rom_id(args.env_id), num_envs, **{**settings, **overrides})
 
 def layer_init(layer, std=2 ** 0.5):
@@ -125,8 +121,8 @@ class Agent(nn.Module):
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
     def features(self, x):  # uint8 (B, 4, 84, 84) -> (B, 512)
-        # [atari-9] Frames stay uint8 until here, then go to
-        # [0, 1]. Channels-last halves a CPU's convolution time.
+        # [atari-9] Frames stay uint8 until here, then go to [0, 1].
+        # The channels-last memory layout halves a CPU's convolution time.
         x = x.to(torch.float32, memory_format=torch.channels_last)
         return self.network(x * (1 / 255))
 
@@ -145,17 +141,19 @@ class Agent(nn.Module):
         value = self.critic(features).squeeze(-1)
         return action, dist.log_prob(action), dist.entropy(), value
 
-# [core-5] Generalized advantage estimation: the k-step
-# advantage estimates averaged with weights (1 - lambda)
-# lambda^(k-1), the longest (to the rollout's end) taking the
-# weight left over. At lambda 0 it is the one-step estimate,
-# which trusts V (biased, steady); at 1 it sums the rewards to
-# the rollout's end and trusts V only there (less biased, noisy).
+# [core-5] Generalized advantage estimation. The k-step estimate
+# sums k rewards, then trusts V: r_t + gamma r_t+1 + ... +
+# gamma^k V(s_t+k) - V(s_t). GAE averages these with weights
+# (1 - lambda) lambda^(k-1), the longest (to the rollout's end)
+# taking the rest. At lambda 0 it is the one-step estimate,
+# which trusts V (biased, steady); at 1 the rewards' sum to the
+# rollout's end, trusting V only there (less biased, noisy).
 #   delta_t = r_t + gamma V(s_t+1) (1 - d_t+1) - V(s_t)
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
 # The trap: d_t = dones[t] = 1 says that observation t starts
 # a new episode, so step t-1 ended one: its target drops V(s_t).
+# (An episode ends at step 5: dones[6] = 1, delta_5 drops V(s_6).)
 # V(s_T) = next_value, d_T = next_done, A_T = 0.
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     next_values = torch.cat([values[1:], next_value[None]])
@@ -182,7 +180,7 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
-# The entropy bonus H keeps the policy exploring.
+# with H, the entropy, a bonus that keeps the policy exploring.
 def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
              entropy, clip_coef, vf_coef, ent_coef, clip_vloss=True):
     logratio = newlogprob - oldlogprob
@@ -197,9 +195,11 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
     entropy_loss = entropy.mean()
     loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
     # [core-12] Two numbers to watch (README): how far the
-    # policy moved (an estimate of the KL divergence), and
-    # the share of ratios outside the clip range.
-    approx_kl = ((ratio - 1) - logratio).mean()  # >= 0, low variance (k3)
+    # policy moved, by the estimate of KL(old, new) that Schulman's
+    # "Approximating KL Divergence" (2020) calls k3,
+    # mean((r - 1) - log r), never below 0 and of low variance;
+    # and the share of ratios outside the clip range.
+    approx_kl = ((ratio - 1) - logratio).mean()
     clipfrac = ((ratio - 1).abs() > clip_coef).float().mean()
     stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
                  approx_kl=approx_kl, clipfrac=clipfrac)
@@ -211,11 +211,10 @@ def explained_variance(values, returns):
     ratio = (returns - values).var() / returns.var()  # inf or nan if R is flat
     return 1 - ratio.item() if ratio.isfinite() else math.nan
 
-def minibatch_step(agent, optimizer, args, batch, clip_coef, mb_inds):
-    """One gradient step on the rows mb_inds of the batch
-    -> loss, stats (on a GPU, train() records it as a CUDA graph)."""
-    # The rollout's (num_steps, num_envs) become rows.
-    mb = {k: x.flatten(0, 1)[mb_inds] for k, x in batch.items()}
+def minibatch_loss(agent, args, mb, clip_coef):
+    """The loss of one minibatch mb (a dict of its rows), its
+    backward pass and clipped gradients -> loss, stats. Adam's step
+    follows in update(), outside what a GPU records (fast_path)."""
     *_, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
     advantages = mb["advantages"]
     if args.norm_adv:
@@ -228,53 +227,29 @@ def minibatch_step(agent, optimizer, args, batch, clip_coef, mb_inds):
         newvalue=newvalue, oldvalue=mb["values"], returns=mb["returns"],
         entropy=entropy, clip_coef=clip_coef, vf_coef=args.vf_coef,
         ent_coef=args.ent_coef, clip_vloss=args.clip_vloss)
-    optimizer.zero_grad()
+    agent.zero_grad()
     loss.backward()
     # [core-11] The whole gradient is scaled down when its
     # norm is over max_grad_norm: no step is wild.
     nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-    optimizer.step()
     return loss.detach(), stats
 
-def update(learn, args, batch_size, device):
-    """Epochs of minibatch steps on a rollout -> mean stats.
-    [core-6] Each epoch takes the rollout's rows in a new
-    random order, one gradient step per minibatch: learn(rows)
-    is minibatch_step with all else given."""
+def update(learn, optimizer, args, batch, clip_coef):
+    """Epochs of minibatch steps on a rollout -> each stat's mean
+    over every minibatch (CleanRL logs the last minibatch's).
+    learn(mb, clip_coef): minibatch_loss (on a GPU, its CUDA graph)."""
+    batch = {k: x.flatten(0, 1) for k, x in batch.items()}
     stats = []
     for epoch in range(args.update_epochs):
-        shuffled = torch.randperm(batch_size, device=device)
-        for mb_inds in shuffled.split(batch_size // args.num_minibatches):
-            loss, mb_stats = learn(mb_inds)
-            # stack copies them: a recording (on a GPU) reuses its outputs.
-            stats.append(torch.stack([loss, *mb_stats.values()]))
-        # [aux-3] With --target-kl, no epoch starts after one whose
-        # last minibatch moved the policy that far from the rollout's.
-        if args.target_kl is not None and mb_stats["approx_kl"] > args.target_kl:
-            break
-    return dict(zip(["loss", *mb_stats], torch.stack(stats).mean(0).tolist()))
-
-def make_learner(args, envs, device, ckpt):
-    """-> agent and Adam (from ckpt if any), lr, clip range."""
-    agent = Agent(envs, args).to(device, memory_format=torch.channels_last)
-    # The learning rate and the clip range are tensors that
-    # train() fills each update: a step recorded on a GPU reads
-    # tensors anew at each replay but keeps a Python number as
-    # it was. float64, a Python float's precision: no rounding.
-    lr = torch.tensor(0.0, dtype=torch.float64, device=device)
-    clip_coef = torch.tensor(0.0, dtype=torch.float64, device=device)
-    # [core-3] Adam's eps is 1e-5 as in OpenAI's code (torch's
-    # 1e-8); a capturable Adam can be recorded in a CUDA graph.
-    cuda = device.type == "cuda"
-    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=cuda)
-    if ckpt:
-        agent.load_state_dict(ckpt["model"])
-        ckpt["optimizer"]["param_groups"][0]["capturable"] = cuda  # this device's, not the file's
-        optimizer.load_state_dict(ckpt["optimizer"])
-        # The load replaced lr with the file's value, a tensor
-        # the schedule does not fill: put lr back.
-        optimizer.param_groups[0]["lr"] = lr
-    return agent, optimizer, lr, clip_coef
+        # [core-6] Each epoch takes the rollout in a new random
+        # order, one gradient step per minibatch.
+        shuffled = torch.randperm(len(batch["obs"]), device=batch["obs"].device)
+        for mb_inds in shuffled.split(len(shuffled) // args.num_minibatches):  # rows each
+            mb = {k: x[mb_inds] for k, x in batch.items()}
+            loss, mb_stats = learn(mb, clip_coef)
+            optimizer.step()
+            stats.append(dict(loss=loss, **mb_stats))  # tensors: no waiting on a GPU
+    return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
 def train(args):
     # ---- 1. setup
@@ -283,9 +258,15 @@ def train(args):
     device = pick_device(args.device, args.torch_deterministic)
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.num_envs)
-    graphs = args.cuda_graphs and device.type == "cuda"
+    agent = Agent(envs, args).to(device, memory_format=torch.channels_last)
+    # [core-3] Adam's eps is 1e-5 as in OpenAI's code (torch's: 1e-8).
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     ckpt = load_checkpoint(args.resume) if args.resume else {}
-    agent, optimizer, lr, clip_coef = make_learner(args, envs, device, ckpt)
+    if ckpt:  # and torch's RNGs, drawing on where the run stopped
+        agent.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["rng"]["cpu"])
+        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
     iteration = ckpt.get("iteration", 0)  # updates done
     global_step = iteration * batch_size
     # The rollout, (num_steps, num_envs, ...) each.
@@ -295,27 +276,24 @@ def train(args):
     actions = torch.zeros(shape, dtype=int, device=device)
     logprobs = torch.zeros(shape, device=device)
     values = torch.zeros(shape, device=device)
-    bootstraps = torch.zeros(shape, device=device)  # gamma V(final)
-    advantages = torch.zeros(shape, device=device)
-    returns = torch.zeros(shape, device=device)
-    rewards = np.zeros(shape, np.float32)
+    bootstraps = torch.zeros(shape, device=device)  # of games cut (below)
+    rewards = np.zeros(shape, np.float32)  # NumPy, as the games return them
     dones = np.zeros(shape, np.float32)
-    next_obs, info = envs.reset(seed=args.seed + iteration * args.num_envs)  # resume: new seeds
+    # A resumed run starts new games, seeded past the earlier ones.
+    next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)
     next_done = np.zeros(args.num_envs, bool)
-    frame_counts = info["episode_frame_number"].copy()  # each game's frames so far
-    batch = dict(obs=obs, actions=actions, logprobs=logprobs,
-                 advantages=advantages, returns=returns, values=values)
-    # The two steps that repeat: acting, and learning from rows.
+    # Acting, and learning from a minibatch: these plain functions; on a
+    # GPU, after the first update, their CUDA graphs (fast_path; CPU: skip).
     act = agent.get_action_and_value
-    learn = partial(minibatch_step, agent, optimizer, args, batch, clip_coef)
-    recorded = False  # on a GPU, both become CUDA graphs
+    learn = partial(minibatch_loss, agent, args)
     with Run(args, num_iterations * batch_size, ckpt) as run:
         while iteration < num_iterations and not run.stop:
             # [core-4, aux-1] The learning rate and the clip range fall
             # linearly to 0 with the iteration; a resumed run goes on.
             frac = 1.0 - iteration / num_iterations
-            lr.fill_(args.learning_rate * (frac if args.anneal_lr else 1.0))
-            clip_coef.fill_(args.clip_coef * (frac if args.anneal_clip else 1.0))
+            lr = args.learning_rate * (frac if args.anneal_lr else 1.0)
+            clip_coef = args.clip_coef * (frac if args.anneal_clip else 1.0)
+            optimizer.param_groups[0]["lr"] = lr
             # ---- 2. rollout
             bootstraps.zero_()
             for step in range(args.num_steps):
@@ -327,12 +305,7 @@ def train(args):
                 next_done = term | trunc
                 global_step += args.num_envs
                 rewards[step] = np.sign(reward)  # [atari-6]
-                # A lost life is a done. ale-py's episode_frame_number
-                # counts a game's frames, and after a game ends it is the
-                # new game's already: a game is over where its count falls.
-                game_over = next_done & (info["episode_frame_number"] < frame_counts)
-                frame_counts = info["episode_frame_number"].copy()
-                run.episodes(global_step, reward, game_over)
+                run.episodes(global_step, reward, next_done, info)  # logs whole games
                 # A game cut by the frame cap is not lost: it would
                 # have gone on, so the value of its final state
                 # joins the reward of the step that cut it.
@@ -340,24 +313,19 @@ def train(args):
                 if cut.any():
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
                     bootstraps[step, cut] = args.gamma * agent.get_value(final_obs)
-            # ---- 3. advantages, into the tensors of the batch
-            advantages[:], returns[:] = compute_gae(on_device(rewards) + bootstraps, values,
-                on_device(dones), agent.get_value(on_device(next_obs)),
-                on_device(next_done), args.gamma, args.gae_lambda)
+            # ---- 3. advantages (a cut game's bootstrap joins its reward)
+            next_value = agent.get_value(on_device(next_obs))
+            advantages, returns = compute_gae(
+                on_device(rewards) + bootstraps, values, on_device(dones),
+                next_value, on_device(next_done), args.gamma, args.gae_lambda)
             # ---- 4. update
-            means = update(learn, args, batch_size, device)
-            if not math.isfinite(means.pop("loss")):
+            batch = dict(obs=obs, actions=actions, logprobs=logprobs,
+                         advantages=advantages, returns=returns, values=values)
+            means = update(learn, optimizer, args, batch, clip_coef)
+            if not math.isfinite(means.pop("loss")):  # the total: checked, its terms logged
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
-            # The fast path, which a reader of the algorithm may skip:
-            # on a GPU, after one eager update (which made Adam's
-            # state), act and learn are each recorded once as a CUDA
-            # graph and replayed from then on (cuda_graph, below).
-            if graphs and not recorded:
-                with torch.no_grad():  # acting computes no gradients
-                    act = cuda_graph(act, obs[0].clone())
-                rows = torch.arange(batch_size // args.num_minibatches, device=device)
-                learn = cuda_graph(learn, rows)
-                recorded = True
+            if args.cuda_graphs and device.type == "cuda" and iteration == ckpt.get("iteration", 0):
+                act, learn = fast_path(agent, args, batch, act, learn)  # after this process's first
             iteration += 1
             # ---- 5. logging
             state = dict(model=agent.state_dict(), optimizer=optimizer.state_dict(),
@@ -367,13 +335,13 @@ def train(args):
     envs.close()
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
-PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # set by --eval; others: the checkpoint's
-POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm", "target_kl"]
+PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # --eval's own; the rest: the run's
+POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
     from the checkpoint, all checked before anything is made."""
-    # --help: the docstring's first paragraph, each field's comment.
+    # --help: the docstring's first paragraph, then each Args field's comment, read from this file.
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                      usage=argparse.SUPPRESS)  # a bad flag: one line
     helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
@@ -382,42 +350,45 @@ def parse_args(argv=None):
         default = f" (default: {f.default})" if f.default not in ["", None] else ""
         parser.add_argument("--" + f.name.replace("_", "-"), **kind, default=argparse.SUPPRESS,
                             help=helps[f.name].removesuffix(".") + default + ".")
-    given = vars(parser.parse_args(argv))
+    given = vars(parser.parse_args(argv))  # the flags typed, by name
     args = Args(**given)
-    rules = []  # (flag, what it must be, whether it is)
+    rules = []  # the checks: (flag, what it must be, whether it is)
     if args.resume or args.eval:
+        # A run goes on, or plays, with the arguments it began with.
         saved = load_checkpoint(args.resume or args.eval)["args"]
         own = {"resume", "eval", "device"} | (PLAY if args.eval else set())
-        rules = [(k, "the checkpoint's", given[k] == saved.get(k)) for k in given.keys() - own]
-        args = Args(**{**saved, **{name: getattr(args, name) for name in own}})
+        must = "the checkpoint's, {} (a finished run is not extended)"
+        rules = [(k, must.format(saved.get(k)), given[k] == saved.get(k)) for k in set(given) - own]
+        args = replace(Args(**saved), **{name: getattr(args, name) for name in own})
     if args.resume:  # go on where the checkpoint is now
         folder = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
         args.run_dir = folder or "."
     args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
+    value = vars(args)  # each flag's, by name
     sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"] + POSITIVE
+    rules += [(k, "positive", value[k] is None or 0 < value[k] < math.inf) for k in sizes]
+    rules += [(k, "within [0, 1]", 0 <= value[k] <= 1) for k in ["gamma", "gae_lambda"]]
+    rules += [(k, "0 or more", 0 <= value[k] < math.inf) for k in ["seed", "save_interval"]]
     batch = args.num_envs * args.num_steps
-    rules += [(k, "positive", getattr(args, k) is None or 0 < getattr(args, k) < math.inf)
-              for k in sizes]
-    rules += [(k, "within [0, 1]", 0 <= getattr(args, k) <= 1) for k in ["gamma", "gae_lambda"]]
-    rules += [(k, "0 or more", 0 <= getattr(args, k) < math.inf) for k in ["seed", "save_interval"]]
-    rules += [
-        ("num_minibatches", f"a divisor of {batch}", batch % max(1, args.num_minibatches) == 0),
+    # A run that stopped before its first save left no checkpoint.
+    saved_run = os.path.isfile(f"{args.run_dir}/checkpoint.pt")
+    hint = f"to go on: --resume {args.run_dir}" if saved_run else "it holds no run to go on from"
+    rules += [  # a minibatch needs 2 rows: 1 has no spread to normalize by
+        ("num_minibatches", f"a divisor of {batch} up to {batch // 2}",
+         batch % max(1, args.num_minibatches) == 0 and batch >= 2 * args.num_minibatches),
         ("device", "auto, cpu or cuda (a GPU)",
          args.device in ["auto", "cpu"] or args.device == "cuda" and torch.cuda.is_available()),
         ("env_id", "an ALE game, as Pong or ALE/Pong-v5", rom_id(args.env_id) is not None),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
          not args.gif or args.eval and os.path.isdir(os.path.dirname(args.gif) or ".")),
-        ("run_dir", f"new or empty (to go on: --resume {args.run_dir})",
-         args.resume or args.eval or is_new(args.run_dir))]
-    broken = [(name, must) for name, must, ok in rules if not ok]
-    if broken:  # the first rule broken
-        name, must = broken[0]
-        parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
+        ("run_dir", f"new or empty ({hint})", args.resume or args.eval or is_new(args.run_dir))]
+    for name, must, ok in rules:  # the first rule broken ends it
+        if not ok:
+            parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
     return args
 
-def is_new(folder):
-    """An empty folder, or one not made yet (nor under a file)."""
+def is_new(folder):  # an empty folder, or one not made yet (nor under a file)
     if os.path.isdir(folder):
         return not os.listdir(folder)
     return not os.path.exists(folder) and not os.path.isfile(os.path.dirname(folder))
@@ -434,24 +405,48 @@ def pick_device(name, deterministic):
     # exact math) 1e-4 off; cuDNN's fast kernels vary run to run.
     torch.backends.cudnn.deterministic = deterministic
     torch.backends.cudnn.allow_tf32 = not deterministic
-    # The CNN runs faster on any GPU.
-    auto = "cuda" if torch.cuda.is_available() else "cpu"
+    auto = "cuda" if torch.cuda.is_available() else "cpu"  # the CNN: faster on a GPU
     return torch.device(auto if name == "auto" else name)
 
-def cuda_graph(fn, example):
-    """Records the GPU work of fn(example) as a CUDA graph,
-    without running it, and returns replay(x), which copies x
-    into example and runs that work again with no Python in
-    between. A replay reads every tensor anew (train() changes
-    them in place), draws new random numbers, keeps any Python
-    number as it was, and returns the same output tensors,
-    overwritten."""
+def fast_path(agent, args, batch, act, learn):
+    """On a GPU, after a first update that warmed the kernels up:
+    -> act and learn as CUDA graphs, or, if recording fails, as
+    they were, with a line that says so. A CUDA graph is the GPU
+    work of a call, recorded once, replayed faster with no Python
+    between: it reads its inputs anew, but a Python number as it
+    was, so the clip range goes in a tensor. Adam steps eagerly."""
+    # What replays read (a minibatch: any rows of its size will do).
+    obs = batch["obs"][0].clone()
+    mb = {k: x.flatten(0, 1)[::args.num_minibatches].clone() for k, x in batch.items()}
+    clip_coef = torch.zeros((), dtype=torch.float64, device=obs.device)
+    try:
+        with torch.no_grad():  # acting computes no gradients
+            fast_act = partial(feed, cuda_graph(act, obs), [obs])
+        fast_learn = partial(feed, cuda_graph(learn, mb, clip_coef), [mb, clip_coef])
+    except Exception as e:  # a GPU or a torch this code has not met
+        tqdm.write(f"CUDA graphs failed, going on without them ({e!r:.80})")
+        return act, learn
+    return fast_act, fast_learn
+
+def feed(replay, inputs, *new):
+    """replay(), once new inputs are written into the recorded ones."""
+    for old, x in zip(inputs, new):
+        if isinstance(old, dict):  # a minibatch: each of its tensors
+            for k in old:
+                old[k][...] = x[k]
+        else:  # a tensor, or a number (the clip range) into its 0-d one
+            old[...] = x
+    return replay()
+
+def cuda_graph(fn, *inputs):
+    """fn(*inputs) recorded as a CUDA graph, not run: -> replay(),
+    which runs that GPU work on what the inputs hold then (drawing
+    new random numbers) and returns fn's outputs, overwritten."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        outputs = fn(example)
+        outputs = fn(*inputs)
 
-    def replay(x):
-        example.copy_(x)
+    def replay():
         graph.replay()
         return outputs
     return replay
@@ -469,44 +464,37 @@ def load_checkpoint(path):
 
 class Run(AbstractContextManager):  # with Run(...) as run
     """The run's bookkeeping: its folder, CSV logs, progress
-    bar and checkpoints. Ctrl-C or SIGTERM asks it to stop
-    after the update; leaving the `with` block saves."""
+    bar, game scores and checkpoints. Ctrl-C or SIGTERM asks it
+    to stop after the update; leaving the `with` block saves."""
 
     def __init__(self, args, total_steps, ckpt):
         self.args = args
         self.dir = args.run_dir
         os.makedirs(self.dir, exist_ok=True)
-        # One writer per folder: an OS lock that dies with its
-        # process (a killed run leaves none). Another process that
-        # would write here ends before it touches a file.
-        self.lock = FileLock(f"{self.dir}/.lock")
+        self.lock = FileLock(f"{self.dir}/.lock")  # one writer; dies with its process
         try:
             self.lock.acquire(timeout=0)
         except Timeout:
             sys.exit(f"error: {self.dir}: another process is writing this run")
         if total_steps != args.total_timesteps:
             print(f"{total_steps:,} steps: --total-timesteps rounded up to whole rollouts")
-        steps = ckpt.get("global_step", 0)  # done so far
         self.start = time.time() - ckpt.get("wall_time", 0)
         self.last = self.saved = time.time()
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
         self.logs = {}
-        # A resume drops the rows written after its checkpoint,
-        # and a last row cut short (a power cut, a full disk).
-        kept = {}  # each CSV's rows, header first
         for name in ["updates.csv", "episodes.csv"]:
-            rows = open(f"{self.dir}/{name}").read().split("\n") if ckpt else []
-            if rows and rows[-1]:  # text after the last newline
-                print(f"{self.dir}/{name}: dropped a last row cut short")
-            kept[name] = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
-            self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
-            self.logs[name].writelines(row + "\n" for row in kept[name])
-        # Each episode's (step, return) kept: columns 0 and 2.
-        rows = [r.split(",") for r in kept["episodes.csv"][1:]]
-        self.curve = [(int(r[0]), float(r[2])) for r in rows]
-        self.bar = tqdm(total=total_steps, initial=steps, unit="step")
-        self.score = np.zeros(args.num_envs)
+            path = f"{self.dir}/{name}"
+            # A resume cuts each CSV back to its checkpoint's length:
+            # later rows go, and a row cut short by a crash.
+            if ckpt and os.path.getsize(path) > ckpt["csv_sizes"][name]:
+                print(f"{path}: cut back to its length at the checkpoint")
+                os.truncate(path, ckpt["csv_sizes"][name])
+            self.logs[name] = open(path, "a", buffering=1)  # written line by line
+        self.curve = ckpt.get("curve", [])  # each game's (step, score)
+        self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
+        self.score = np.zeros(args.num_envs)  # each game's so far, unclipped
         self.length = np.zeros(args.num_envs, int)
+        self.frames = np.zeros(args.num_envs, int)
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
         for s in [signal.SIGINT, signal.SIGTERM]:
@@ -517,16 +505,19 @@ class Run(AbstractContextManager):  # with Run(...) as run
         signal.signal(signum, signal.SIG_DFL)  # a second one ends it at once
         tqdm.write("stopping after this update, saving first (again: at once)")
 
-    def episodes(self, global_step, reward, ended):
-        """Adds a step's rewards; logs the episodes ended."""
+    def episodes(self, global_step, reward, done, info):
+        """Adds a step's rewards; logs the games ended. A done is a
+        lost life or a game over; after a game over the env has
+        reset, so its frame count has fallen: that tells the two apart."""
         self.score += reward
         self.length += 1
+        ended = done & (info["episode_frame_number"] < self.frames)
+        self.frames = info["episode_frame_number"].copy()
         for i in np.flatnonzero(ended):
             row = {"global_step": global_step, "wall_time": round(time.time() - self.start, 1)}
             self.write("episodes.csv", {**row, "return": self.score[i], "length": self.length[i]})
-            self.curve.append((global_step, self.score[i]))
-        self.score[ended] = 0
-        self.length[ended] = 0
+            self.curve.append((global_step, float(self.score[i])))
+        self.score[ended] = self.length[ended] = 0
 
     def shown_score(self):
         """The score: the mean return of the last 20 episodes."""
@@ -535,7 +526,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         return f"{np.mean([r for _, r in self.curve[-20:]]):.1f}"
 
     def log_update(self, global_step, state, **row):
-        """A row of updates.csv; state: a checkpoint or None."""
+        """A row of updates.csv; state: what a checkpoint holds."""
         sps = (global_step - self.bar.n) / (time.time() - self.last)
         self.last = time.time()
         self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
@@ -556,8 +547,13 @@ class Run(AbstractContextManager):  # with Run(...) as run
     def save(self, checkpoint=True):
         """The checkpoint (written aside, then renamed), curve.png."""
         if checkpoint and self.state:
-            ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args),
-                        wall_time=time.time() - self.start, **self.state)
+            # With the state, what a resume needs: CSVs' lengths, curve, RNGs
+            # (CUDA's where this process has started CUDA: a GPU run).
+            sizes = {name: log.tell() for name, log in self.logs.items()}
+            cuda = [torch.cuda.get_rng_state()] if torch.cuda.is_initialized() else []
+            rng = dict(cpu=torch.get_rng_state(), cuda=cuda)
+            ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args), csv_sizes=sizes,
+                        curve=self.curve, rng=rng, wall_time=time.time() - self.start, **self.state)
             torch.save(ckpt, f"{self.dir}/checkpoint.pt.tmp")
             os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")
         self.saved = time.time()
@@ -575,9 +571,8 @@ class Run(AbstractContextManager):  # with Run(...) as run
         plt.close()
 
     def __exit__(self, error, *_):
-        # After an error the last good checkpoint stays.
         self.bar.close()
-        self.save(checkpoint=error is None)
+        self.save(checkpoint=error is None)  # after an error, the last good one stays
         self.lock.release()
         if error is None and self.stop:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
@@ -591,7 +586,8 @@ def evaluate(args):
     device = pick_device(args.device, args.torch_deterministic)
     torch.manual_seed(args.seed)
     envs = make_envs(args, args.eval_episodes, life_loss_info=False)  # whole games
-    agent = make_learner(args, envs, device, load_checkpoint(args.eval))[0]
+    agent = Agent(envs, args).to(device, memory_format=torch.channels_last)
+    agent.load_state_dict(load_checkpoint(args.eval)["model"])
     obs, _ = envs.reset(seed=args.seed)
     scores = np.zeros(envs.num_envs)
     over = np.zeros(envs.num_envs, bool)
@@ -603,7 +599,7 @@ def evaluate(args):
             x = torch.as_tensor(obs, device=device)
             action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
         obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
-        scores += reward * ~over
+        scores += reward * ~over  # games over score no more
         over |= term | trunc
     envs.close()
     if args.gif:  # 15 steps a second

@@ -5,12 +5,12 @@ tanh-squashed one, on MuJoCo's HalfCheetah by default.
     python ppo_continuous.py --env-id Hopper-v5 --squash
     python ppo_continuous.py --eval runs/<run> --gif run.gif
 
-CleanRL's settings, but the policy's log std starts at -0.5
-instead of 0, and the observation and reward statistics are
-updated once a rollout, not every step. Expect 3,400 to
-5,500 on HalfCheetah after 1M steps (README.md). Tags such
-as [core-7] number the details of "The 37 Implementation
-Details of PPO" (Huang et al., 2022), listed in the README.
+CleanRL's settings, but the log std starts at -0.5 instead
+of 0, and the observation and reward statistics move once a
+rollout, not every step. Expect 3,400 to 5,500 on HalfCheetah
+after 1M steps (README.md). Tags such as [core-7] number the
+details of "The 37 Implementation Details of PPO" (Huang et
+al., 2022), listed in the README. Left out: the KL stop (aux-3).
 """
 import argparse
 import json
@@ -21,11 +21,9 @@ import signal
 import sys
 import time
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import partial
 
-if __name__ == "__main__":  # Ctrl-C while importing: exit 130, no traceback
-    signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
 import gymnasium as gym
 import mujoco
 import numpy as np
@@ -36,12 +34,12 @@ from tqdm import tqdm
 
 mujoco.set_mju_user_warning(lambda text: None)  # no MUJOCO_LOG.TXT
 SCRIPT = "ppo_continuous"  # in every checkpoint
-FORMAT = 2  # the checkpoint's layout
+FORMAT = 3  # the checkpoint's layout
 
 @dataclass
 class Args:  # --help shows the comment after each field
     env_id: str = "HalfCheetah-v5"  # A task with Box actions, or module:id.
-    max_episode_steps: int = None  # An episode's steps at most: the task's limit, or 1,000 if none.
+    max_episode_steps: int = None  # Cap on an episode's steps (the task's limit, or 1,000).
     total_timesteps: int = 1_000_000  # Environment steps of the run.
     num_envs: int = 1  # Envs stepped side by side.
     num_steps: int = 2048  # Steps per env in each rollout.
@@ -58,7 +56,6 @@ class Args:  # --help shows the comment after each field
     clip_vloss: bool = True  # Clip the value loss too.
     vf_coef: float = 0.5  # Weight of the value loss.
     max_grad_norm: float = 0.5  # Largest norm of the gradient.
-    target_kl: float = None  # Stop the epochs past this KL.
     seed: int = 1  # Seed of torch and the envs.
     device: str = "auto"  # auto (the CPU), cpu or cuda.
     run_dir: str = ""  # The run's folder (default: runs/...).
@@ -72,20 +69,20 @@ class Args:  # --help shows the comment after each field
 def make_envs(args, num_envs):
     """Envs that reset in the step that ends an episode,
     which leaves its last observation in info["final_obs"]."""
-    # A task is made as gymnasium.make makes it, asked to draw
-    # only for --gif: drawing can slow a task (LunarLander 2.4
-    # times), and a task of one's own need not take render_mode.
+    # Drawing only for --gif: it slows some tasks down, and a
+    # task of one's own need not take render_mode at all.
     settings = dict(render_mode="rgb_array") if args.gif else {}
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no display
-    # MuJoCo draws through EGL, from the camera on the body (for a
-    # module:id task, parse_args's task_rules imported the module).
+    # MuJoCo draws through EGL, from its tracking camera (task_rules
+    # imported a module:id task's module, so gym.spec finds it).
     if args.gif and "mujoco" in str(gym.spec(args.env_id.split(":")[-1]).entry_point):
         settings["camera_name"] = "track"
         os.environ.setdefault("MUJOCO_GL", "egl")
     make = partial(gym.make, args.env_id, max_episode_steps=args.max_episode_steps, **settings)
     # [core-1] Several envs can step side by side: more data
     # per network call, less correlated samples.
-    return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode="SameStep")
+    envs = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode="SameStep")
+    return gym.wrappers.vector.RecordEpisodeStatistics(envs)  # info: episodes' returns
 
 def layer_init(layer, std=2 ** 0.5):
     # [core-2] Orthogonal weights keep the signal's scale at first;
@@ -117,9 +114,8 @@ class RunningNorm(nn.Module):
         self.count.copy_(total)
 
     def forward(self, x):
-        # [cont-6, cont-7] Observations shifted and scaled to
-        # mean 0 and std 1, so that every input has one scale
-        # whatever its units, then clipped to [-10, 10].
+        # [cont-6, cont-7] Observations shifted and scaled to mean 0
+        # and std 1, one scale whatever the units; clipped to [-10, 10].
         return ((x - self.mean) / (self.var + 1e-8).sqrt()).clamp(-10, 10).float()
 
 def mlp(in_size, out_size, out_std):  # 64x64 tanh
@@ -141,10 +137,9 @@ class Agent(nn.Module):
         self.critic = mlp(obs_dim, 1, out_std=1.0)
         # Small last weights: the first means are near 0.
         self.actor_mean = mlp(obs_dim, space.shape[0], out_std=0.01)
-        # [cont-2] A log std per action dimension, learned but
-        # the same in every state. It starts at -0.5 (std
-        # 0.61): from 0, two HalfCheetahs of three learned to
-        # run on their backs and stayed there.
+        # [cont-2] A log std per action dimension, learned, the same
+        # in every state. It starts at -0.5 (std 0.61): from 0, two
+        # HalfCheetahs of three learned to run on their backs.
         self.actor_logstd = nn.Parameter(torch.full(space.shape, -0.5))
         self.squash = args.squash
         self.low = nn.Buffer(torch.tensor(space.low))
@@ -165,16 +160,14 @@ class Agent(nn.Module):
         if u is None:
             u = mean if greedy else mean + std * torch.randn_like(mean)
         # [cont-1, cont-3] A Normal per action dimension, each
-        # independent of the others given the state, so the
-        # log-probability and the entropy are sums over them.
-        # Written out, which is faster than torch.distributions.
+        # independent of the others given the state: log-probability
+        # and entropy are sums over them, written out (faster).
         logprob = -0.5 * ((u - mean) / std) ** 2 - logstd - 0.5 * math.log(2 * math.pi)
         entropy = 0.5 + 0.5 * math.log(2 * math.pi) + logstd
         value = self.critic(x).squeeze(-1)
         if not self.squash:
-            # [cont-5] The env gets the sample clipped to the
-            # bounds; the rollout keeps u itself, whose
-            # log-probability the update computes again.
+            # [cont-5] The env gets the sample clipped to the bounds;
+            # the rollout keeps u, whose log-prob the update recomputes.
             action = u.clamp(self.low, self.high)
             return action, u, logprob.sum(1), entropy.sum(1), value
         # Squashed: a = low + scale * (tanh(u) + 1), so that
@@ -183,23 +176,27 @@ class Agent(nn.Module):
         #         = log scale + 2 (log 2 - u - softplus(-2u)).
         # The last form stays finite where tanh(u) rounds to 1;
         # u is stored for the same reason (atanh(a) would be
-        # infinite there). H(Normal) + log J at u: one sample's entropy.
+        # infinite there). The entropy (logged, and the --ent-coef
+        # bonus) is the Gaussian's: the squashed one has no closed
+        # form. A wider Gaussian saturates more actions at a bound.
         scale = (self.high - self.low) / 2
         log_jacobian = scale.log() + 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
         action = (self.low + scale * (torch.tanh(u) + 1)).clamp(self.low, self.high)
-        return action, u, (logprob - log_jacobian).sum(1), (entropy + log_jacobian).sum(1), value
+        return action, u, (logprob - log_jacobian).sum(1), entropy.sum(1), value
 
-# [core-5] Generalized advantage estimation: the k-step
-# advantage estimates averaged with weights (1 - lambda)
-# lambda^(k-1), the longest (to the rollout's end) taking the
-# weight left over. At lambda 0 it is the one-step estimate,
-# which trusts V (biased, steady); at 1 it sums the rewards to
-# the rollout's end and trusts V only there (less biased, noisy).
+# [core-5] Generalized advantage estimation. The k-step estimate
+# sums k rewards, then trusts V: r_t + gamma r_t+1 + ... +
+# gamma^k V(s_t+k) - V(s_t). GAE averages these with weights
+# (1 - lambda) lambda^(k-1), the longest (to the rollout's end)
+# taking the rest. At lambda 0 it is the one-step estimate,
+# which trusts V (biased, steady); at 1 the rewards' sum to the
+# rollout's end, trusting V only there (less biased, noisy).
 #   delta_t = r_t + gamma V(s_t+1) (1 - d_t+1) - V(s_t)
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
 # The trap: d_t = dones[t] = 1 says that observation t starts
 # a new episode, so step t-1 ended one: its target drops V(s_t).
+# (An episode ends at step 5: dones[6] = 1, delta_5 drops V(s_6).)
 # V(s_T) = next_value, d_T = next_done, A_T = 0.
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     next_values = torch.cat([values[1:], next_value[None]])
@@ -224,7 +221,7 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
-# The entropy bonus H keeps the policy exploring.
+# with H, the entropy, a bonus that keeps the policy exploring.
 def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
              entropy, clip_coef, vf_coef, ent_coef, clip_vloss=True):
     logratio = newlogprob - oldlogprob
@@ -239,9 +236,11 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
     entropy_loss = entropy.mean()
     loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
     # [core-12] Two numbers to watch (README): how far the
-    # policy moved (an estimate of the KL divergence), and
-    # the share of ratios outside the clip range.
-    approx_kl = ((ratio - 1) - logratio).mean()  # >= 0, low variance (k3)
+    # policy moved, by the estimate of KL(old, new) that Schulman's
+    # "Approximating KL Divergence" (2020) calls k3,
+    # mean((r - 1) - log r), never below 0 and of low variance;
+    # and the share of ratios outside the clip range.
+    approx_kl = ((ratio - 1) - logratio).mean()
     clipfrac = ((ratio - 1).abs() > clip_coef).float().mean()
     stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
                  approx_kl=approx_kl, clipfrac=clipfrac)
@@ -254,7 +253,8 @@ def explained_variance(values, returns):
     return 1 - ratio.item() if ratio.isfinite() else math.nan
 
 def update(agent, optimizer, args, batch):
-    """Epochs of minibatch steps on a rollout -> mean stats."""
+    """Epochs of minibatch steps on a rollout -> each stat's mean
+    over every minibatch (CleanRL logs the last minibatch's)."""
     batch = {k: x.flatten(0, 1) for k, x in batch.items()}
     stats = []
     for epoch in range(args.update_epochs):
@@ -282,10 +282,6 @@ def update(agent, optimizer, args, batch):
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
             stats.append(dict(loss=loss.detach(), **mb_stats))
-        # [aux-3] With --target-kl, no epoch starts after one whose
-        # last minibatch moved the policy that far from the rollout's.
-        if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:
-            break
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
 def train(args):
@@ -299,9 +295,11 @@ def train(args):
     # [core-3] Adam's eps is 1e-5 as in OpenAI's code (torch's: 1e-8).
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     ckpt = load_checkpoint(args.resume) if args.resume else {}
-    if ckpt:
+    if ckpt:  # and torch's RNGs, drawing on where the run stopped
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["rng"]["cpu"])
+        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
     iteration = ckpt.get("iteration", 0)  # updates done
     global_step = iteration * batch_size
     # The rollout, (num_steps, num_envs, ...) each.
@@ -311,20 +309,19 @@ def train(args):
     actions = torch.zeros(shape + envs.single_action_space.shape, device=device)
     logprobs = torch.zeros(shape, device=device)
     values = torch.zeros(shape, device=device)
-    bootstraps = torch.zeros(shape, device=device)  # gamma V(final)
+    bootstraps = torch.zeros(shape, device=device)  # of episodes cut (below)
     rewards = np.zeros(shape, np.float32)
     dones = np.zeros(shape, np.float32)
     discounted = np.zeros(shape, np.float32)  # discounted sums of past rewards
     discounted_return = np.zeros(args.num_envs)
-    # A resume starts new episodes, with new seeds.
-    next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)
+    next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)  # resumed: new seeds
     next_done = np.zeros(args.num_envs, bool)
     with Run(args, num_iterations * batch_size, ckpt) as run:
         while iteration < num_iterations and not run.stop:
-            # [core-4] The learning rate falls linearly to 0 over
-            # the run. It is a function of the iteration alone, so
-            # a resumed run goes on where it stopped.
-            lr = args.learning_rate * (1.0 - iteration / num_iterations if args.anneal_lr else 1.0)
+            # [core-4] The learning rate falls linearly to 0 over the
+            # run: a function of the iteration, so a resume goes on.
+            frac = 1.0 - iteration / num_iterations
+            lr = args.learning_rate * (frac if args.anneal_lr else 1.0)
             optimizer.param_groups[0]["lr"] = lr
             # ---- 2. rollout
             bootstraps.zero_()
@@ -338,13 +335,12 @@ def train(args):
                 next_done = term | trunc
                 global_step += args.num_envs
                 rewards[step] = reward
-                run.episodes(global_step, reward, next_done)
+                run.episodes(global_step, info)
                 discounted_return = discounted_return * args.gamma + reward
                 discounted[step] = discounted_return
                 discounted_return[next_done] = 0
-                # A time limit is not a death: the episode would
-                # have gone on, so the value of its final state
-                # joins the reward of the step that cut it.
+                # A time limit is not a death: the value of the final
+                # state joins the reward of the step that cut it.
                 cut = trunc & ~term
                 if cut.any():
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
@@ -363,10 +359,10 @@ def train(args):
             # ---- 4. update
             means = update(agent, optimizer, args, dict(obs=obs, actions=actions, logprobs=logprobs,
                            advantages=advantages, returns=returns, values=values))
-            if not math.isfinite(means.pop("loss")):
+            if not math.isfinite(means.pop("loss")):  # the total: checked, its terms logged
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
-            # The statistics take in the rollout only now, so that the
-            # update normalizes as the rollout did: first ratios are 1.
+            # The statistics take in the rollout only now: the update
+            # normalizes as the rollout did, so first ratios are 1.
             agent.obs_norm.update(obs.flatten(0, 1))
             iteration += 1
             # ---- 5. logging
@@ -377,13 +373,13 @@ def train(args):
     envs.close()
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
-PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # set by --eval; others: the checkpoint's
-POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm", "target_kl"]
+PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # --eval's own; the rest: the run's
+POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
     from the checkpoint, all checked before anything is made."""
-    # --help: the docstring's first paragraph, each field's comment.
+    # --help: the docstring's first paragraph, then each Args field's comment, read from this file.
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                      usage=argparse.SUPPRESS)  # a bad flag: one line
     helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
@@ -392,38 +388,43 @@ def parse_args(argv=None):
         default = f" (default: {f.default})" if f.default not in ["", None] else ""
         parser.add_argument("--" + f.name.replace("_", "-"), **kind, default=argparse.SUPPRESS,
                             help=helps[f.name].removesuffix(".") + default + ".")
-    given = vars(parser.parse_args(argv))
+    given = vars(parser.parse_args(argv))  # the flags typed, by name
     args = Args(**given)
-    rules = []  # (flag, what it must be, whether it is)
+    rules = []  # the checks: (flag, what it must be, whether it is)
     if args.resume or args.eval:
+        # A run goes on, or plays, with the arguments it began with.
         saved = load_checkpoint(args.resume or args.eval)["args"]
         own = {"resume", "eval", "device"} | (PLAY if args.eval else set())
-        rules = [(k, "the checkpoint's", given[k] == saved.get(k)) for k in given.keys() - own]
-        args = Args(**{**saved, **{name: getattr(args, name) for name in own}})
+        must = "the checkpoint's, {} (a finished run is not extended)"
+        rules = [(k, must.format(saved.get(k)), given[k] == saved.get(k)) for k in set(given) - own]
+        args = replace(Args(**saved), **{name: getattr(args, name) for name in own})
     if args.resume:  # go on where the checkpoint is now
         folder = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
         args.run_dir = folder or "."
     args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
+    value = vars(args)  # each flag's, by name
     sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"] + POSITIVE
+    rules += [(k, "positive", value[k] is None or 0 < value[k] < math.inf) for k in sizes]
+    rules += [(k, "within [0, 1]", 0 <= value[k] <= 1) for k in ["gamma", "gae_lambda"]]
+    rules += [(k, "0 or more", 0 <= value[k] < math.inf) for k in ["seed", "save_interval"]]
     batch = args.num_envs * args.num_steps
-    rules += [(k, "positive", getattr(args, k) is None or 0 < getattr(args, k) < math.inf)
-              for k in sizes]
-    rules += [(k, "within [0, 1]", 0 <= getattr(args, k) <= 1) for k in ["gamma", "gae_lambda"]]
-    rules += [(k, "0 or more", 0 <= getattr(args, k) < math.inf) for k in ["seed", "save_interval"]]
-    rules += [
-        ("num_minibatches", f"a divisor of {batch}", batch % max(1, args.num_minibatches) == 0),
+    # A run that stopped before its first save left no checkpoint.
+    hint = "it holds no run to go on from"
+    if os.path.isfile(f"{args.run_dir}/checkpoint.pt"):
+        hint = f"to go on: --resume {args.run_dir}"
+    rules += [  # a minibatch needs 2 rows: 1 has no spread to normalize by
+        ("num_minibatches", f"a divisor of {batch} up to {batch // 2}",
+         batch % max(1, args.num_minibatches) == 0 and batch >= 2 * args.num_minibatches),
         ("device", "auto, cpu or cuda (a GPU)",
          args.device in ["auto", "cpu"] or args.device == "cuda" and torch.cuda.is_available()),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
          not args.gif or args.eval and os.path.isdir(os.path.dirname(args.gif) or ".")),
-        ("run_dir", f"new or empty (to go on: --resume {args.run_dir})",
-         args.resume or args.eval or is_new(args.run_dir))]
+        ("run_dir", f"new or empty ({hint})", args.resume or args.eval or is_new(args.run_dir))]
     rules += task_rules(args)  # last: it makes an env (and may cap episodes)
-    broken = [(name, must) for name, must, ok in rules if not ok]
-    if broken:  # the first rule broken
-        name, must = broken[0]
-        parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
+    for name, must, ok in rules:  # the first rule broken ends it
+        if not ok:
+            parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
     return args
 
 def is_new(folder):
@@ -433,8 +434,8 @@ def is_new(folder):
     return not os.path.exists(folder) and not os.path.isfile(os.path.dirname(folder))
 
 def task_rules(args):
-    """Rules for --env-id, checked on an env. A task with no
-    time limit gets one, said in a line at the start."""
+    """Rules for --env-id and --squash, checked on an env. A
+    task with no time limit gets one, said in a line at the start."""
     try:  # an id gymnasium knows, or module:id
         env = gym.make(args.env_id)
     except Exception as e:  # unknown, or an extra missing
@@ -442,10 +443,14 @@ def task_rules(args):
     env.close()
     if env.spec.max_episode_steps is None and args.max_episode_steps is None:
         args.max_episode_steps = 1000
-        print(f"{args.env_id} has no time limit: --max-episode-steps {args.max_episode_steps:,}")
+        print(f"{args.env_id} has no time limit: --max-episode-steps 1,000")
     spaces = [env.observation_space, env.action_space]
-    return [("env_id", f"a task with flat Box spaces (for others: ppo_lstm.py), not {spaces}",
-             all(isinstance(s, gym.spaces.Box) and len(s.shape) == 1 for s in spaces))]
+    flat = all(isinstance(s, gym.spaces.Box) and len(s.shape) == 1 for s in spaces)
+    rules = [("env_id", f"a task of flat Box spaces (others: ppo_lstm.py), not {spaces}", flat)]
+    if flat and args.squash:  # tanh maps onto bounds finite and apart
+        bounded = spaces[1].is_bounded() and (spaces[1].high > spaces[1].low).all()
+        rules += [("squash", f"left out: the action bounds are {spaces[1]}", bounded)]
+    return rules
 
 def pick_device(name):
     # One torch thread: these small networks run faster so,
@@ -456,8 +461,6 @@ def pick_device(name):
 def load_checkpoint(path):
     """The checkpoint at path or in that folder, or exit 1."""
     path = f"{path}/checkpoint.pt" if os.path.isdir(path) else path
-    if not os.path.isfile(path):
-        sys.exit(f"error: {path}: no such file")
     try:  # plain data: a stranger's file runs no code
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         if [ckpt["script"], ckpt["format"]] != [SCRIPT, FORMAT]:
@@ -475,37 +478,27 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.args = args
         self.dir = args.run_dir
         os.makedirs(self.dir, exist_ok=True)
-        # One writer per folder: an OS lock that dies with its
-        # process (a killed run leaves none). Another process that
-        # would write here ends before it touches a file.
-        self.lock = FileLock(f"{self.dir}/.lock")
+        self.lock = FileLock(f"{self.dir}/.lock")  # one writer; dies with its process
         try:
             self.lock.acquire(timeout=0)
         except Timeout:
             sys.exit(f"error: {self.dir}: another process is writing this run")
         if total_steps != args.total_timesteps:
             print(f"{total_steps:,} steps: --total-timesteps rounded up to whole rollouts")
-        steps = ckpt.get("global_step", 0)  # done so far
         self.start = time.time() - ckpt.get("wall_time", 0)
         self.last = self.saved = time.time()
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
         self.logs = {}
-        # A resume drops the rows written after its checkpoint,
-        # and a last row cut short (a power cut, a full disk).
-        kept = {}  # each CSV's rows, header first
         for name in ["updates.csv", "episodes.csv"]:
-            rows = open(f"{self.dir}/{name}").read().split("\n") if ckpt else []
-            if rows and rows[-1]:  # text after the last newline
-                print(f"{self.dir}/{name}: dropped a last row cut short")
-            kept[name] = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
-            self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
-            self.logs[name].writelines(row + "\n" for row in kept[name])
-        # Each episode's (step, return) kept: columns 0 and 2.
-        rows = [r.split(",") for r in kept["episodes.csv"][1:]]
-        self.curve = [(int(r[0]), float(r[2])) for r in rows]
-        self.bar = tqdm(total=total_steps, initial=steps, unit="step")
-        self.score = np.zeros(args.num_envs)
-        self.length = np.zeros(args.num_envs, int)
+            path = f"{self.dir}/{name}"
+            # A resume cuts each CSV back to its checkpoint's length:
+            # later rows go, and a row cut short by a crash.
+            if ckpt and os.path.getsize(path) > ckpt["csv_sizes"][name]:
+                print(f"{path}: cut back to its length at the checkpoint")
+                os.truncate(path, ckpt["csv_sizes"][name])
+            self.logs[name] = open(path, "a", buffering=1)  # written line by line
+        self.curve = ckpt.get("curve", [])  # each episode's (step, return)
+        self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
         for s in [signal.SIGINT, signal.SIGTERM]:
@@ -516,16 +509,14 @@ class Run(AbstractContextManager):  # with Run(...) as run
         signal.signal(signum, signal.SIG_DFL)  # a second one ends it at once
         tqdm.write("stopping after this update, saving first (again: at once)")
 
-    def episodes(self, global_step, reward, ended):
-        """Adds a step's rewards; logs the episodes ended."""
-        self.score += reward
-        self.length += 1
-        for i in np.flatnonzero(ended):
-            row = {"global_step": global_step, "wall_time": round(time.time() - self.start, 1)}
-            self.write("episodes.csv", {**row, "return": self.score[i], "length": self.length[i]})
-            self.curve.append((global_step, self.score[i]))
-        self.score[ended] = 0
-        self.length[ended] = 0
+    def episodes(self, global_step, info):
+        """Logs the episodes that ended in a step, from info."""
+        wall_time = round(time.time() - self.start, 1)
+        for i in np.flatnonzero(info.get("_episode", [])):  # ended
+            score = float(info["episode"]["r"][i])
+            row = {"global_step": global_step, "wall_time": wall_time, "return": score}
+            self.write("episodes.csv", {**row, "length": info["episode"]["l"][i]})
+            self.curve.append((global_step, score))
 
     def shown_score(self):
         """The score: the mean return of the last 20 episodes."""
@@ -534,7 +525,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         return f"{np.mean([r for _, r in self.curve[-20:]]):.1f}"
 
     def log_update(self, global_step, state, **row):
-        """A row of updates.csv; state: a checkpoint or None."""
+        """A row of updates.csv; state: what a checkpoint holds."""
         sps = (global_step - self.bar.n) / (time.time() - self.last)
         self.last = time.time()
         self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
@@ -555,8 +546,13 @@ class Run(AbstractContextManager):  # with Run(...) as run
     def save(self, checkpoint=True):
         """The checkpoint (written aside, then renamed), curve.png."""
         if checkpoint and self.state:
-            ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args),
-                        wall_time=time.time() - self.start, **self.state)
+            # With the state, what a resume needs: CSVs' lengths, curve, RNGs
+            # (CUDA's where this process has started CUDA: a GPU run).
+            sizes = {name: log.tell() for name, log in self.logs.items()}
+            cuda = [torch.cuda.get_rng_state()] if torch.cuda.is_initialized() else []
+            rng = dict(cpu=torch.get_rng_state(), cuda=cuda)
+            ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args), csv_sizes=sizes,
+                        curve=self.curve, rng=rng, wall_time=time.time() - self.start, **self.state)
             torch.save(ckpt, f"{self.dir}/checkpoint.pt.tmp")
             os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")
         self.saved = time.time()
@@ -574,9 +570,8 @@ class Run(AbstractContextManager):  # with Run(...) as run
         plt.close()
 
     def __exit__(self, error, *_):
-        # After an error the last good checkpoint stays.
         self.bar.close()
-        self.save(checkpoint=error is None)
+        self.save(checkpoint=error is None)  # after an error, the last good one stays
         self.lock.release()
         if error is None and self.stop:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
@@ -599,11 +594,11 @@ def evaluate(args):
     frames = []  # episode 0's
     while not over.all():  # each has a time limit
         if args.gif and not over[0]:
-            frames.append(envs.envs[0].render())
+            frames.append(envs.unwrapped.envs[0].render())
         x = torch.as_tensor(obs, device=device)
         action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
         obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
-        scores += reward * ~over
+        scores += reward * ~over  # episodes over score no more
         over |= term | trunc
     envs.close()
     if args.gif:  # half the frames, half size: 25 a second

@@ -1,32 +1,28 @@
-"""PPO with evolving hyperparameters: an evolutionary
-search over PPO's hyperparameters, in the manner of AgileRL.
+"""PPO with evolving hyperparameters: an evolutionary search
+in the manner of AgileRL over PPO's learning rate (1e-4 to
+3e-3), entropy bonus (1e-4 to 0.03), clip range (0.1 to 0.3)
+and GAE lambda (0.9 to 0.99).
 
     python ppo_evolve.py  # CartPole, 6 members, 1-2 minutes
     python ppo_evolve.py --no-evolve  # the control
     python ppo_evolve.py --eval runs/<run> --gif best.gif
 
-Every generation, each member trains with its own learning
-rate, entropy bonus, clip range and GAE lambda, then plays
-a few fresh episodes, whose mean return is its fitness: a
-noisy score. Then an elitist genetic algorithm: the elite
-(the fittest) keeps its place and trains on; every other
-place goes to a copy of a tournament winner, weights and
-Adam's state included, with one hyperparameter mutated.
-Population-based training (Jaderberg et al., 2017) would
-replace only the worst members, by copies of the best.
-As the elite may be a lucky one, and training can make it
-worse, the fittest member ever scored is kept as it was,
-for --eval. Members train side by side (--workers). Any task
+Each generation every member trains with its own values, then
+plays new episodes whose mean return is its fitness, a noisy
+score. The elite (the fittest) keeps its place and trains on;
+every other place goes to a copy of a tournament winner,
+weights and Adam's state included, with one value mutated.
+The fittest ever scored is kept for --eval. Members train side by side (--workers), on any task
 with a flat Box observation and Discrete, MultiDiscrete,
 MultiBinary or Box actions. Tags such as [core-7] number the
 details of "The 37 Implementation Details of PPO" (Huang et
-al., 2022), listed in the README. Left out: annealing
-(core-4) and the KL stop (aux-3), since evolution sets the
-rate and the clip range, and observation and reward
+al., 2022; README). Left out: annealing (core-4) and the KL
+stop (aux-3), as evolution sets the rate and clip range, and
 normalization (cont-6 to cont-9).
 """
 import argparse
 import copy
+import io
 import json
 import math
 import multiprocessing.connection  # and multiprocessing
@@ -38,11 +34,9 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import partial
 
-if __name__ == "__main__":  # Ctrl-C while importing: exit 130, no traceback
-    signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
 import gymnasium as gym
 import numpy as np
 import torch
@@ -56,14 +50,12 @@ from tqdm import tqdm
 # end in the non-finite loss message, not a traceback.
 torch.distributions.Distribution.set_default_validate_args(False)
 SCRIPT = "ppo_evolve"  # in every checkpoint
-FORMAT = 5  # the checkpoint's layout
-# The evolved hyperparameters and their ranges, around the
-# values PPO is known to work with. The first members draw
-# them log-uniformly, GAE's lambda as 1 - lambda, from 0.01 to
-# 0.1 (on_scale, next); mutation keeps them inside. The rate's
-# floor is 1e-4: early on, when all are poor, a member with a
-# lower rate (which barely learns) can win tournaments by luck
-# and fill the population; mutations lift it by x1.2 at most.
+FORMAT = 6  # the checkpoint's layout
+# The evolved hyperparameters' ranges, around values PPO works
+# with: drawn log-uniformly at first (lambda as 1 - lambda, from
+# 0.01 to 0.1: on_scale), kept inside by mutation. The rate's
+# floor is 1e-4: early on, a member with a lower rate, barely
+# learning, can win tournaments by luck and fill the population.
 HPARAMS = dict(learning_rate=(1e-4, 3e-3), ent_coef=(1e-4, 0.03),
                clip_coef=(0.1, 0.3), gae_lambda=(0.9, 0.99))
 
@@ -75,14 +67,14 @@ def on_scale(name, value):
 @dataclass
 class Args:  # --help shows the comment after each field
     env_id: str = "CartPole-v1"  # A gymnasium task, or module:id.
-    max_episode_steps: int = None  # An episode's steps at most: the task's limit, or 1,000 if none.
+    max_episode_steps: int = None  # Cap on an episode's steps (the task's limit, or 1,000).
     total_timesteps: int = 600_000  # Training steps of all members together.
     num_envs: int = 8  # Envs each member steps side by side.
     num_steps: int = 128  # Steps per env in each rollout.
     pop_size: int = 6  # Members of the population.
     evo_steps: int = 10_240  # A member's steps per generation.
     tournament_size: int = 2  # Members per tournament.
-    evolve: bool = True  # Off, the control: no copies.
+    evolve: bool = True  # Copy and mutate the fittest (--no-evolve: the control, no copies).
     target: float = None  # Fitness to stop at (default: the task's).
     num_minibatches: int = 4  # Minibatches per epoch.
     update_epochs: int = 4  # Passes over each rollout.
@@ -92,7 +84,7 @@ class Args:  # --help shows the comment after each field
     vf_coef: float = 0.5  # Weight of the value loss.
     max_grad_norm: float = 0.5  # Largest norm of the gradient.
     seed: int = 1  # Seed of members, envs, evolution.
-    workers: int = None  # Members trained side by side (default: the cores, at most pop_size).
+    workers: int = None  # Members trained side by side (default: cores, up to pop_size).
     device: str = "auto"  # auto (the CPU), cpu or cuda.
     run_dir: str = ""  # The run's folder (default: runs/...).
     save_interval: float = 300.0  # Seconds between checkpoints.
@@ -105,15 +97,15 @@ class Args:  # --help shows the comment after each field
 def make_envs(args, num_envs):
     """Envs that reset in the step that ends an episode,
     which leaves its last observation in info["final_obs"]."""
-    # A task is made as gymnasium.make makes it, asked to draw
-    # only for --gif: drawing can slow a task (LunarLander 2.4
-    # times), and a task of one's own need not take render_mode.
+    # Drawing only for --gif: it slows some tasks down, and a
+    # task of one's own need not take render_mode at all.
     settings = dict(render_mode="rgb_array") if args.gif else {}
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no display
     make = partial(gym.make, args.env_id, max_episode_steps=args.max_episode_steps, **settings)
     # [core-1] Several envs step side by side: more data per
     # network call, and less correlated samples.
-    return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode="SameStep")
+    envs = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode="SameStep")
+    return gym.wrappers.vector.RecordEpisodeStatistics(envs)  # info: episodes' returns
 
 def layer_init(layer, std=2 ** 0.5):
     # [core-2] Orthogonal weights keep the signal's scale at first;
@@ -151,9 +143,8 @@ def to_env(space, action):
     """An action as the env takes it: a numpy array."""
     action = action.cpu().numpy() + getattr(space, "start", 0)  # Discrete(n, start)
     if isinstance(space, Box):
-        # [cont-5] Clipped to the bounds only here: the
-        # rollout keeps the action as sampled, whose
-        # log-probability the update computes again.
+        # [cont-5] Clipped to the bounds only here: the rollout
+        # keeps the sample, whose log-probability the update redoes.
         action = action.clip(space.low, space.high)
     return action.astype(space.dtype)
 
@@ -187,17 +178,19 @@ class Agent(nn.Module):
         value = self.critic(x).squeeze(-1)
         return action, dist.log_prob(action), dist.entropy(), value
 
-# [core-5] Generalized advantage estimation: the k-step
-# advantage estimates averaged with weights (1 - lambda)
-# lambda^(k-1), the longest (to the rollout's end) taking the
-# weight left over. At lambda 0 it is the one-step estimate,
-# which trusts V (biased, steady); at 1 it sums the rewards to
-# the rollout's end and trusts V only there (less biased, noisy).
+# [core-5] Generalized advantage estimation. The k-step estimate
+# sums k rewards, then trusts V: r_t + gamma r_t+1 + ... +
+# gamma^k V(s_t+k) - V(s_t). GAE averages these with weights
+# (1 - lambda) lambda^(k-1), the longest (to the rollout's end)
+# taking the rest. At lambda 0 it is the one-step estimate,
+# which trusts V (biased, steady); at 1 the rewards' sum to the
+# rollout's end, trusting V only there (less biased, noisy).
 #   delta_t = r_t + gamma V(s_t+1) (1 - d_t+1) - V(s_t)
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
 # The trap: d_t = dones[t] = 1 says that observation t starts
 # a new episode, so step t-1 ended one: its target drops V(s_t).
+# (An episode ends at step 5: dones[6] = 1, delta_5 drops V(s_6).)
 # V(s_T) = next_value, d_T = next_done, A_T = 0.
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     next_values = torch.cat([values[1:], next_value[None]])
@@ -222,7 +215,7 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
-# The entropy bonus H keeps the policy exploring.
+# with H, the entropy, a bonus that keeps the policy exploring.
 def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
              entropy, clip_coef, vf_coef, ent_coef, clip_vloss=True):
     logratio = newlogprob - oldlogprob
@@ -237,9 +230,11 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
     entropy_loss = entropy.mean()
     loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
     # [core-12] Two numbers to watch (README): how far the
-    # policy moved (an estimate of the KL divergence), and
-    # the share of ratios outside the clip range.
-    approx_kl = ((ratio - 1) - logratio).mean()  # >= 0, low variance (k3)
+    # policy moved, by the estimate of KL(old, new) that Schulman's
+    # "Approximating KL Divergence" (2020) calls k3,
+    # mean((r - 1) - log r), never below 0 and of low variance;
+    # and the share of ratios outside the clip range.
+    approx_kl = ((ratio - 1) - logratio).mean()
     clipfrac = ((ratio - 1).abs() > clip_coef).float().mean()
     stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
                  approx_kl=approx_kl, clipfrac=clipfrac)
@@ -252,7 +247,8 @@ def explained_variance(values, returns):
     return 1 - ratio.item() if ratio.isfinite() else math.nan
 
 def update(agent, optimizer, args, batch):
-    """Epochs of minibatch steps on a rollout -> mean stats."""
+    """Epochs of minibatch steps on a rollout -> each stat's mean
+    over every minibatch (CleanRL logs the last minibatch's)."""
     batch = {k: x.flatten(0, 1) for k, x in batch.items()}
     stats = []
     for epoch in range(args.update_epochs):
@@ -279,38 +275,35 @@ def update(agent, optimizer, args, batch):
             # norm is over max_grad_norm: no step is wild.
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
-            stats.append(torch.stack([loss.detach(), *mb_stats.values()]))
-    return dict(zip(["loss", *mb_stats], torch.stack(stats).mean(0).tolist()))
+            stats.append(dict(loss=loss.detach(), **mb_stats))
+    return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
-# A member is a dict of plain data, as the checkpoint holds
-# it: id (given where it is made: generation x pop_size +
-# its place; the elite keeps its id), parent's id, mutation,
-# fitness (-inf until scored), its hparams, and the state
-# dicts of its agent ("model") and of Adam ("adam"), both
-# empty until it first trains.
+# A member is a dict of plain data, as the checkpoint holds it:
+# id (generation x pop_size + place; the elite keeps its id),
+# parent's id, mutation, fitness (-inf until scored), hparams,
+# and its agent's and Adam's state dicts as the bytes torch.save
+# writes (None until it trains). Bytes cross processes holding
+# no open file (a tensor sent is shared memory, a file each).
 def build(member, envs, args, device):
-    """The member's agent and Adam, from copies of its state."""
+    """The member's agent and Adam, loaded from its state."""
     agent = Agent(envs, args).to(device)
-    if member["model"]:  # else the new weights just drawn
-        agent.load_state_dict(member["model"])
     # [core-3] Adam's eps is 1e-5 as in OpenAI's code (torch's: 1e-8).
     optimizer = torch.optim.Adam(agent.parameters(), eps=1e-5)
-    # A copy inherits Adam's moment estimates, so it goes on
-    # where its parent was. They are deep-copied: Adam changes
-    # its state in place, and the parent must stay as it was.
-    if member["adam"]:
-        optimizer.load_state_dict(copy.deepcopy(member["adam"]))
-    # Loading Adam's state brings back the parent's learning
-    # rate: the member's own is set after the load.
+    # A copy inherits its parent's weights and Adam's moments.
+    if member["state"]:  # else the new weights just drawn
+        saved = io.BytesIO(member["state"])
+        state = torch.load(saved, map_location="cpu", weights_only=True)
+        agent.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["adam"])
+    # The load brought back the parent's rate: the member's own, after it.
     optimizer.param_groups[0]["lr"] = member["hparams"]["learning_rate"]
     return agent, optimizer
 
 def train_member(member, global_step, args, generation, run_start):
     """A member's PPO for a generation, then its fitness, in a
-    worker. Its random numbers come from the run's seed, the
-    generation and its id, whatever the order or the process.
-    global_step: the run's before it. -> the member trained
-    (a new dict), and its CSV rows."""
+    worker, its random numbers from the run's seed, generation and
+    its id, whatever the order or process. global_step: the run's
+    before it. -> the member trained (a new dict), its CSV rows."""
     # ---- 1. setup
     seeds = np.random.SeedSequence([args.seed, generation, member["id"]])
     seed = int(seeds.generate_state(1)[0])
@@ -318,9 +311,9 @@ def train_member(member, global_step, args, generation, run_start):
     device = pick_device(args.device)
     envs = make_envs(args, args.num_envs)  # new: unfinished episodes go unlogged
     agent, optimizer = build(member, envs, args, device)
-    # From here on, args holds this member's hyperparameters too.
+    # The PPO below reads the member's hyperparameters from args, as flags.
     args = argparse.Namespace(**vars(args), **member["hparams"])
-    log = Log(args.num_envs, run_start)  # rows for the run's writer
+    log = Log(run_start)  # rows for the run's writer
     # The rollout, (num_steps, num_envs, ...) each.
     shape = (args.num_steps, args.num_envs)
     on_device = partial(torch.as_tensor, dtype=torch.float32, device=device)
@@ -328,7 +321,7 @@ def train_member(member, global_step, args, generation, run_start):
     actions = torch.zeros(shape + envs.single_action_space.shape, device=device)
     logprobs = torch.zeros(shape, device=device)
     values = torch.zeros(shape, device=device)
-    bootstraps = torch.zeros(shape, device=device)  # gamma V(final)
+    bootstraps = torch.zeros(shape, device=device)  # of episodes cut (below)
     rewards = np.zeros(shape, np.float32)
     dones = np.zeros(shape, np.float32)
     next_obs, _ = envs.reset(seed=seed)
@@ -347,10 +340,9 @@ def train_member(member, global_step, args, generation, run_start):
             next_done = term | trunc
             global_step += args.num_envs
             rewards[step] = reward
-            log.episodes(global_step, reward, next_done)
-            # A time limit is not a death: the episode would
-            # have gone on, so the value of its final state
-            # joins the reward of the step that cut it.
+            log.episodes(global_step, info)
+            # A time limit is not a death: the value of the final
+            # state joins the reward of the step that cut it.
             cut = trunc & ~term
             if cut.any():
                 final_obs = on_device(np.stack(info["final_obs"][cut]))
@@ -362,18 +354,21 @@ def train_member(member, global_step, args, generation, run_start):
         # ---- 4. update
         means = update(agent, optimizer, args, dict(obs=obs, actions=actions, logprobs=logprobs,
                        advantages=advantages, returns=returns, values=values))
-        if not math.isfinite(means.pop("loss")):
+        if not math.isfinite(means.pop("loss")):  # the total: checked, its terms logged
             raise FloatingPointError(f"non-finite loss, member {member['id']}")
         # ---- 5. logging
         log.update(global_step, rewards.size, learning_rate=args.learning_rate,
                    clip_coef=args.clip_coef, **means,
                    explained_variance=explained_variance(values, returns), member=member["id"])
     envs.close()
-    # Fitness: all members play the same starts, new each generation, past the
-    # first block of seeds, which --eval plays by default: none scored there.
-    scores, lengths = play(agent, args, args.seed + (generation + 1) * args.eval_episodes, device)
-    member = dict(member, model=agent.cpu().state_dict(), adam=optimizer.state_dict(),
-                  fitness=float(scores.mean()))
+    # Fitness: all members play the same starts, new each generation.
+    first = args.seed + (generation + 1) * args.eval_episodes
+    seeds = range(first, first + args.eval_episodes)
+    scores, lengths = play(agent, args, seeds, device)
+    state = io.BytesIO()
+    weights = dict(model=agent.cpu().state_dict(), adam=optimizer.state_dict())
+    torch.save(weights, state)
+    member = dict(member, state=state.getvalue(), fitness=float(scores.mean()))
     log.rows["population"].append(dict(
         global_step=global_step, eval_steps=int(lengths.sum()), generation=generation,
         member=member["id"], parent=member["parent"], mutation=member["mutation"],
@@ -381,20 +376,21 @@ def train_member(member, global_step, args, generation, run_start):
     return member, log.rows
 
 @torch.no_grad()  # no learning: play only acts
-def play(agent, args, seed, device):
-    """One episode per env -> returns, lengths; --gif."""
-    envs = make_envs(args, args.eval_episodes)
-    obs, _ = envs.reset(seed=seed)
+def play(agent, args, seeds, device):
+    """An episode from each seed -> returns, lengths; --gif."""
+    envs = make_envs(args, len(seeds))
+    obs, _ = envs.reset(seed=list(seeds))
     totals = np.zeros((2, envs.num_envs))  # returns, lengths
     over = np.zeros(envs.num_envs, bool)
     frames = []  # episode 0's
     while not over.all():  # each has a time limit
         if args.gif and not over[0]:
-            frames.append(envs.envs[0].render())
+            frames.append(envs.unwrapped.envs[0].render())
         x = torch.as_tensor(obs, dtype=torch.float32, device=device)
         action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
         obs, reward, term, trunc, _ = envs.step(to_env(envs.single_action_space, action))
-        totals += [reward * ~over, ~over]
+        totals[0] += reward * ~over  # episodes over score no more
+        totals[1] += ~over
         over |= term | trunc
     envs.close()
     if args.gif:  # half the frames, half size: 25 a second
@@ -409,23 +405,21 @@ def fittest(members):
 
 def next_generation(population, generation, args):
     """The elite, then mutated copies of tournament winners."""
-    # Seeded by the generation, so a resumed run draws the same.
-    rng = np.random.default_rng([args.seed, generation])
-    # The fittest member, the elite, keeps its place, its
-    # weights, Adam's state and hyperparameters, and trains
-    # on; population.csv gives "elite" as its mutation.
+    rng = np.random.default_rng([args.seed, generation])  # a resume draws the same
+    # The fittest, the elite, keeps its place, weights, Adam's state
+    # and hyperparameters; population.csv gives "elite" as its mutation.
     members = [dict(fittest(population), mutation="elite")]
     for place in range(1, args.pop_size):
-        # A tournament: members of the last generation drawn at
-        # random, with replacement (the elite can be drawn too);
-        # the fittest of those drawn is copied.
+        # A tournament: members drawn at random, with replacement (the
+        # elite too); the fittest of those drawn is copied.
         drawn = rng.choice(population, args.tournament_size)
         parent = fittest(drawn)
         child = copy.deepcopy(parent)
-        # Its mutation: one hyperparameter x0.8 or x1.2 (on_scale).
+        # Its mutation: one hyperparameter x0.8 or x1.2 on its
+        # scale (on_scale), then back (1 - x is its own inverse).
         mutation = str(rng.choice(list(HPARAMS)))
-        factor = rng.choice([0.8, 1.2])
-        value = on_scale(mutation, on_scale(mutation, child["hparams"][mutation]) * factor)
+        scaled = on_scale(mutation, child["hparams"][mutation]) * rng.choice([0.8, 1.2])
+        value = on_scale(mutation, scaled)
         child["hparams"][mutation] = float(np.clip(value, *HPARAMS[mutation]))
         members.append(dict(child, id=generation * args.pop_size + place,
                             parent=parent["id"], mutation=mutation, fitness=-math.inf))
@@ -440,10 +434,10 @@ def train(args):
     steps = args.pop_size * member_steps  # a generation's
     ckpt = load_checkpoint(args.resume) if args.resume else {}
     rng = np.random.default_rng([args.seed, 0])  # generation 0's draws, log-uniform
-    log_bounds = {k: np.log(sorted(on_scale(k, x) for x in r)) for k, r in HPARAMS.items()}
+    bounds = {k: np.log(sorted(on_scale(k, x) for x in r)) for k, r in HPARAMS.items()}  # logs
     population = ckpt.get("population") or [dict(
-        id=i, parent=-1, mutation="new", fitness=-math.inf, model={}, adam={},
-        hparams={k: on_scale(k, float(np.exp(rng.uniform(*log_bounds[k])))) for k in HPARAMS})
+        id=i, parent=-1, mutation="new", fitness=-math.inf, state=None,
+        hparams={k: on_scale(k, float(np.exp(rng.uniform(*bounds[k])))) for k in HPARAMS})
         for i in range(args.pop_size)]
     global_step = ckpt.get("global_step", 0)  # all members'
     best = ckpt.get("best", population[0])  # -inf until scored
@@ -456,7 +450,7 @@ def train(args):
             if args.evolve and generation:
                 population = next_generation(population, generation, args)
             # ---- 8. training and fitness, the members side by side
-            first_steps = [global_step + i * member_steps for i in range(args.pop_size)]
+            first_steps = range(global_step, global_step + steps, member_steps)  # each member's
             job = partial(train_member, args=args, generation=generation, run_start=run.start)
             trained = []
             for member, rows in run.pool.map(job, population, first_steps):
@@ -464,9 +458,12 @@ def train(args):
                 trained.append(member)
             population = trained
             global_step += steps
-            # The fittest member ever scored, kept as it was, for --eval.
+            # The fittest member ever scored, kept as it was, for --eval,
+            # and the seeds of all fitness games: --eval plays others.
             best = fittest([best, *population])
-            run.state = dict(population=population, global_step=global_step, best=best)
+            end = args.seed + (generation + 2) * args.eval_episodes
+            run.log_generation(dict(population=population, global_step=global_step, best=best,
+                                    fitness_seeds=[args.seed + args.eval_episodes, end]))
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
 PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # set by --eval; others: the checkpoint's
@@ -475,7 +472,7 @@ POSITIVE = ["max_grad_norm"]
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
     from the checkpoint, all checked before anything is made."""
-    # --help: the docstring's first paragraph, each field's comment.
+    # --help: the docstring's first paragraph, then each Args field's comment, read from this file.
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                      usage=argparse.SUPPRESS)  # a bad flag: one line
     helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
@@ -484,40 +481,47 @@ def parse_args(argv=None):
         default = f" (default: {f.default})" if f.default not in ["", None] else ""
         parser.add_argument("--" + f.name.replace("_", "-"), **kind, default=argparse.SUPPRESS,
                             help=helps[f.name].removesuffix(".") + default + ".")
-    given = vars(parser.parse_args(argv))
+    given = vars(parser.parse_args(argv))  # the flags typed, by name
     args = Args(**given)
-    rules = []  # (flag, what it must be, whether it is)
+    rules = []  # the checks: (flag, what it must be, whether it is)
     if args.resume or args.eval:
+        # A run goes on, or plays, with the arguments it began with.
         saved = load_checkpoint(args.resume or args.eval)["args"]
         own = {"resume", "eval", "device", "workers"} | (PLAY if args.eval else set())
-        rules = [(k, "the checkpoint's", given[k] == saved.get(k)) for k in given.keys() - own]
-        args = Args(**{**saved, **{name: getattr(args, name) for name in own}})
+        must = "the checkpoint's, {} (a finished run is not extended)"
+        rules = [(k, must.format(saved.get(k)), given[k] == saved.get(k)) for k in set(given) - own]
+        args = replace(Args(**saved), **{name: getattr(args, name) for name in own})
     if args.resume:  # go on where the checkpoint is now
         folder = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
         args.run_dir = folder or "."
-    args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
+    name = f"{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
+    args.run_dir = args.run_dir or f"runs/{name}"
     if args.workers is None:  # the machine's cores, one a member at most
         args.workers = min(os.cpu_count(), args.pop_size)
+    value = vars(args)  # each flag's, by name
     sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"] + POSITIVE
-    rules += [(k, "positive", getattr(args, k) is None or 0 < getattr(args, k) < math.inf)
-              for k in sizes]
+    rules += [(k, "positive", value[k] is None or 0 < value[k] < math.inf) for k in sizes]
+    rules += [(k, "0 or more", 0 <= value[k] < math.inf) for k in ["seed", "save_interval"]]
     batch = args.num_envs * args.num_steps
-    rules += [(k, "0 or more", 0 <= getattr(args, k) < math.inf) for k in ["seed", "save_interval"]]
+    # A run that stopped before its first save left no checkpoint.
+    hint = "it holds no run to go on from"
+    if os.path.isfile(f"{args.run_dir}/checkpoint.pt"):
+        hint = f"to go on: --resume {args.run_dir}"
     rules += [
         ("gamma", "within [0, 1]", 0 <= args.gamma <= 1),
-        ("num_minibatches", f"a divisor of {batch}", batch % max(1, args.num_minibatches) == 0),
+        # A minibatch needs 2 rows: 1 has no spread to normalize by.
+        ("num_minibatches", f"a divisor of {batch} up to {batch // 2}",
+         batch % max(1, args.num_minibatches) == 0 and batch >= 2 * args.num_minibatches),
         ("device", "auto, cpu or cuda (a GPU)",
          args.device in ["auto", "cpu"] or args.device == "cuda" and torch.cuda.is_available()),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
          not args.gif or args.eval and os.path.isdir(os.path.dirname(args.gif) or ".")),
-        ("run_dir", f"new or empty (to go on: --resume {args.run_dir})",
-         args.resume or args.eval or is_new(args.run_dir))]
+        ("run_dir", f"new or empty ({hint})", args.resume or args.eval or is_new(args.run_dir))]
     rules += task_rules(args)  # last: it makes an env
-    broken = [(name, must) for name, must, ok in rules if not ok]
-    if broken:  # the first rule broken
-        name, must = broken[0]
-        parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
+    for name, must, ok in rules:  # the first rule broken ends it
+        if not ok:
+            parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
     return args
 
 def is_new(folder):
@@ -538,7 +542,7 @@ def task_rules(args):
     env.close()
     if env.spec.max_episode_steps is None and args.max_episode_steps is None:
         args.max_episode_steps = 1000
-        print(f"{args.env_id} has no time limit: --max-episode-steps {args.max_episode_steps:,}")
+        print(f"{args.env_id} has no time limit: --max-episode-steps 1,000")
     threshold = env.spec.reward_threshold  # the task's own bar, or None
     if args.target is None:
         args.target = math.inf if threshold is None else threshold
@@ -558,8 +562,6 @@ def pick_device(name):
 def load_checkpoint(path):
     """The checkpoint at path or in that folder, or exit 1."""
     path = f"{path}/checkpoint.pt" if os.path.isdir(path) else path
-    if not os.path.isfile(path):
-        sys.exit(f"error: {path}: no such file")
     try:  # plain data: a stranger's file runs no code
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         if [ckpt["script"], ckpt["format"]] != [SCRIPT, FORMAT]:
@@ -577,35 +579,27 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.args = args
         self.dir = args.run_dir
         os.makedirs(self.dir, exist_ok=True)
-        # One writer per folder: an OS lock that dies with its
-        # process (a killed run leaves none). Another process that
-        # would write here ends before it touches a file.
-        self.lock = FileLock(f"{self.dir}/.lock")
+        self.lock = FileLock(f"{self.dir}/.lock")  # one writer; dies with its process
         try:
             self.lock.acquire(timeout=0)
         except Timeout:
             sys.exit(f"error: {self.dir}: another process is writing this run")
         if total_steps != args.total_timesteps:
             print(f"{total_steps:,} steps: --total-timesteps rounded up to whole generations")
-        steps = ckpt.get("global_step", 0)  # done so far
         self.start = time.time() - ckpt.get("wall_time", 0)
         self.saved = time.time()
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
         self.logs = {}
-        # A resume drops the rows written after its checkpoint,
-        # and a last row cut short (a power cut, a full disk).
-        kept = {}  # each CSV's rows, header first
         for name in ["episodes.csv", "updates.csv", "population.csv"]:
-            rows = open(f"{self.dir}/{name}").read().split("\n") if ckpt else []
-            if rows and rows[-1]:  # text after the last newline
-                print(f"{self.dir}/{name}: dropped a last row cut short")
-            kept[name] = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
-            self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
-            self.logs[name].writelines(row + "\n" for row in kept[name])
-        # Each member's (step, fitness) kept: columns 0 and 6.
-        rows = [r.split(",") for r in kept["population.csv"][1:]]
-        self.curve = [(int(r[0]), float(r[6])) for r in rows]
-        self.bar = tqdm(total=total_steps, initial=steps, unit="step")
+            path = f"{self.dir}/{name}"
+            # A resume cuts each CSV back to its checkpoint's length:
+            # later rows go, and a row cut short by a crash.
+            if ckpt and os.path.getsize(path) > ckpt["csv_sizes"][name]:
+                print(f"{path}: cut back to its length at the checkpoint")
+                os.truncate(path, ckpt["csv_sizes"][name])
+            self.logs[name] = open(path, "a", buffering=1)  # written line by line
+        self.curve = ckpt.get("curve", [])  # each member's (step, fitness)
+        self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
         # The members train side by side in worker processes, each a
         # new interpreter (spawn): a fork would copy this one's threads.
         spawn = multiprocessing.get_context("spawn")
@@ -616,19 +610,22 @@ class Run(AbstractContextManager):  # with Run(...) as run
             signal.signal(s, self.ask_to_stop)
 
     def ask_to_stop(self, signum, frame):
-        if self.stop:  # asked twice: at once, the last checkpoint kept
-            raise SystemExit(128 + signum)
         self.stop = signum
-        tqdm.write("stopping after this generation, saving first (again: at once)")
+        signal.signal(signum, signal.SIG_DFL)  # a second one ends it at once
+        tqdm.write("stopping after this generation (again: at once)")
 
     def add(self, rows, steps):
         """A member's CSV rows, its steps on the bar."""
         for name in rows:
             for row in rows[name]:
                 self.write(f"{name}.csv", row)
-        self.curve += [(row["global_step"], row["fitness"]) for row in rows["population"]]
+        self.curve += [(r["global_step"], r["fitness"]) for r in rows["population"]]
         self.bar.update(steps)
-        self.bar.set_postfix_str(f"score {self.shown_score()}")
+        self.bar.set_postfix_str(f"best fitness {self.shown_score()}")
+
+    def log_generation(self, state):
+        """state: what a checkpoint holds, after a whole generation."""
+        self.state = state
         if time.time() - self.saved >= self.args.save_interval:
             self.save()
 
@@ -649,8 +646,10 @@ class Run(AbstractContextManager):  # with Run(...) as run
     def save(self, checkpoint=True):
         """The checkpoint (written aside, then renamed), curve.png."""
         if checkpoint and self.state:
-            ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args),
-                        wall_time=time.time() - self.start, **self.state)
+            # With the state, what a resume needs: CSVs' lengths, curve.
+            sizes = {name: log.tell() for name, log in self.logs.items()}
+            ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args), csv_sizes=sizes,
+                        curve=self.curve, wall_time=time.time() - self.start, **self.state)
             torch.save(ckpt, f"{self.dir}/checkpoint.pt.tmp")
             os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")
         self.saved = time.time()
@@ -658,16 +657,15 @@ class Run(AbstractContextManager):  # with Run(...) as run
         data = np.array(self.curve, dtype=float).reshape(-1, 2)  # step, fitness
         plt.plot(*data.T, ".", alpha=0.3, label="a member's fitness")
         best = np.maximum.accumulate(data[:, 1])  # the fittest so far
-        plt.plot(data[:, 0], best, label=f"the fittest, the score: {self.shown_score()}")
+        plt.plot(data[:, 0], best, label=f"best so far: {self.shown_score()}")
         title = f"{SCRIPT}.py, {self.args.env_id}, seed {self.args.seed}"
-        plt.gca().set(title=title, xlabel="environment steps, all members'", ylabel="fitness")
+        plt.gca().set(title=title, xlabel="all members' steps", ylabel="fitness")
         plt.legend()
         plt.savefig(f"{self.dir}/curve.png")
         plt.close()
 
     def __exit__(self, error, value, _):
-        # After an error the last good checkpoint stays, and the
-        # workers end at once, with what they were doing.
+        # After an error the last good checkpoint stays; workers end.
         if error:
             for worker in multiprocessing.active_children():
                 worker.kill()
@@ -675,14 +673,13 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.bar.close()
         self.save(checkpoint=error is None)
         self.lock.release()
-        if error and not issubclass(error, SystemExit):  # a member's
+        if error:  # a member's
             sys.exit(f"error: {value!r}")
-        if error is None and self.stop:  # exit 130 or 143
+        if self.stop:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
-        if error is None:
-            print(f"{self.dir}: score {self.shown_score()} (the fittest member's fitness);"
-                  f" evaluate: python {SCRIPT}.py --eval {self.dir}")
+        print(f"{self.dir}: best fitness {self.shown_score()} (the luckiest);"
+              f" on new games: python {SCRIPT}.py --eval {self.dir} --eval-episodes 100")
 
 def start_worker():
     """A worker leaves Ctrl-C and SIGTERM to the parent (which
@@ -696,25 +693,20 @@ def end_with_parent():
     os._exit(1)
 
 class Log:
-    """A member's CSV rows, gathered as it trains (in a worker)
-    for the parent, the run folder's one writer."""
+    """A member's CSV rows, gathered in a worker for the parent."""
 
-    def __init__(self, num_envs, start):
+    def __init__(self, start):
         self.start = start  # the run's, as time.time()
         self.last = time.time()
         self.rows = {"episodes": [], "updates": [], "population": []}  # CSVs' names
-        self.score = np.zeros(num_envs)
-        self.length = np.zeros(num_envs, int)
 
-    def episodes(self, global_step, reward, ended):
-        """Adds a step's rewards; logs the episodes ended."""
-        self.score += reward
-        self.length += 1
-        for i in np.flatnonzero(ended):
-            row = {"global_step": global_step, "wall_time": round(time.time() - self.start, 1)}
-            self.rows["episodes"].append({**row, "return": self.score[i], "length": self.length[i]})
-        self.score[ended] = 0
-        self.length[ended] = 0
+    def episodes(self, global_step, info):
+        """Logs the episodes that ended in a step, from info."""
+        wall_time = round(time.time() - self.start, 1)
+        for i in np.flatnonzero(info.get("_episode", [])):  # ended
+            score = float(info["episode"]["r"][i])
+            row = {"global_step": global_step, "wall_time": wall_time, "return": score}
+            self.rows["episodes"].append({**row, "length": info["episode"]["l"][i]})
 
     def update(self, global_step, steps, **row):
         """A row of updates.csv; steps: since the last row."""
@@ -723,15 +715,20 @@ class Log:
         self.rows["updates"].append(dict(global_step=global_step, sps=sps, **row))
 
 def evaluate(args):
-    """--eval: the fittest member, one episode per env."""
+    """--eval: the fittest member, an episode from each of the
+    first seeds from --seed on that no fitness game played."""
     device = pick_device(args.device)
     torch.manual_seed(args.seed)
-    best = load_checkpoint(args.eval)["best"]
+    ckpt = load_checkpoint(args.eval)
+    played = range(*ckpt["fitness_seeds"])  # one block
+    enough = range(args.seed, args.seed + len(played) + args.eval_episodes)
+    seeds = [s for s in enough if s not in played]
     envs = make_envs(args, 1)  # for the agent's sizes
-    agent = build(best, envs, args, device)[0]
+    agent = build(ckpt["best"], envs, args, device)[0]
     envs.close()
-    scores = play(agent, args, args.seed, device)[0]
-    print(f"member {best['id']}, {len(scores)} episodes: {scores.mean():.1f} +- {scores.std():.1f}")
+    scores = play(agent, args, seeds[:args.eval_episodes], device)[0]
+    spread = f"{scores.mean():.1f} +- {scores.std():.1f}"
+    print(f"member {ckpt['best']['id']}, {len(scores)} episodes: {spread}")
     return scores
 
 if __name__ == "__main__":

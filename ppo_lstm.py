@@ -23,11 +23,9 @@ import signal
 import sys
 import time
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import partial
 
-if __name__ == "__main__":  # Ctrl-C while importing: exit 130, no traceback
-    signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
 import gymnasium as gym
 import numpy as np
 import torch
@@ -41,13 +39,13 @@ from tqdm import tqdm
 # end in the non-finite loss message, not a traceback.
 torch.distributions.Distribution.set_default_validate_args(False)
 SCRIPT = "ppo_lstm"  # in every checkpoint
-FORMAT = 4  # the checkpoint's layout
+FORMAT = 5  # the checkpoint's layout
 
 @dataclass
 class Args:  # --help shows the comment after each field
     env_id: str = "CartPole-v1"  # A gymnasium task, or module:id.
     mask: str = ""  # Indices to hide, as 1,3, or none (default: on CartPole, its velocities).
-    max_episode_steps: int = None  # An episode's steps at most: the task's limit, or 1,000 if none.
+    max_episode_steps: int = None  # Cap on an episode's steps (the task's limit, or 1,000).
     total_timesteps: int = 50_000  # Environment steps of the run.
     num_envs: int = 8  # Envs stepped side by side.
     num_steps: int = 32  # Steps per env in each rollout.
@@ -56,7 +54,7 @@ class Args:  # --help shows the comment after each field
     update_epochs: int = 8  # Passes over each rollout.
     clip_coef: float = 0.2  # How far the ratio may leave 1.
     ent_coef: float = 0.0  # Weight of the entropy bonus.
-    memory: bool = True  # Off, the control: state always 0.
+    memory: bool = True  # Give the policy memory (--no-memory: the control, state always 0).
     anneal_lr: bool = True  # Anneal the rate linearly to 0.
     gamma: float = 0.99  # The discount factor.
     gae_lambda: float = 0.95  # GAE's lambda.
@@ -77,15 +75,15 @@ class Args:  # --help shows the comment after each field
 def make_envs(args, num_envs):
     """Envs that reset in the step that ends an episode,
     which leaves its last observation in info["final_obs"]."""
-    # A task is made as gymnasium.make makes it, asked to draw
-    # only for --gif: drawing can slow a task (LunarLander 2.4
-    # times), and a task of one's own need not take render_mode.
+    # Drawing only for --gif: it slows some tasks down, and a
+    # task of one's own need not take render_mode at all.
     settings = dict(render_mode="rgb_array") if args.gif else {}
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no display
     make = partial(gym.make, args.env_id, max_episode_steps=args.max_episode_steps, **settings)
     # [core-1] Several envs step side by side: more data per
     # network call, and less correlated samples.
-    return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode="SameStep")
+    envs = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode="SameStep")
+    return gym.wrappers.vector.RecordEpisodeStatistics(envs)  # info: episodes' returns
 
 def layer_init(layer, std=2 ** 0.5):
     # [core-2] Orthogonal weights keep the signal's scale at first;
@@ -117,9 +115,8 @@ class RunningNorm(nn.Module):
         self.count.copy_(total)
 
     def forward(self, x):
-        # [cont-6, cont-7] Observations shifted and scaled to
-        # mean 0 and std 1, so that every input has one scale
-        # whatever its units, then clipped to [-10, 10].
+        # [cont-6, cont-7] Observations shifted and scaled to mean 0
+        # and std 1, one scale whatever the units; clipped to [-10, 10].
         return ((x - self.mean) / (self.var + 1e-8).sqrt()).clamp(-10, 10).float()
 
 def action_distribution(space, output, logstd):
@@ -146,9 +143,8 @@ def to_env(space, action):
     """An action as the env takes it: a numpy array."""
     action = action.cpu().numpy() + getattr(space, "start", 0)  # Discrete(n, start)
     if isinstance(space, Box):
-        # [cont-5] Clipped to the bounds only here: the
-        # rollout keeps the action as sampled, whose
-        # log-probability the update computes again.
+        # [cont-5] Clipped to the bounds only here: the rollout
+        # keeps the sample, whose log-probability the update redoes.
         action = action.clip(space.low, space.high)
     return action.astype(space.dtype)
 
@@ -170,22 +166,21 @@ class Memory(nn.Module):
         an episode starts. -> (T * B, out), the state after."""
         # [lstm-3] The state is zeroed where an episode starts,
         # and only there: at a rollout's start the state goes on.
-        # cuts: the steps t > 0 where some env starts an episode;
-        # tensor_split cuts the time axis there into stretches,
-        # each one LSTM call, faster than a call per step.
-        cuts = (done[1:].any(1).nonzero().flatten() + 1).tolist()
+        # The steps run in stretches, one LSTM call each (faster
+        # than a call a step), each from a step where some env
+        # starts an episode (or step 0) to the next such step.
+        starts = [0] + (done[1:].any(1).nonzero().flatten() + 1).tolist()
         outputs = []
-        for stretch, starts in zip(x.tensor_split(cuts), done[[0, *cuts]]):
-            keep = (1.0 - starts).view(1, -1, 1)  # 0: forget
-            out, state = self.lstm(stretch, (state[0] * keep, state[1] * keep))
+        for start, end in zip(starts, starts[1:] + [len(x)]):
+            keep = (1.0 - done[start]).view(1, -1, 1)  # 0 where an episode starts
+            out, state = self.lstm(x[start:end], (state[0] * keep, state[1] * keep))
             outputs.append(out)
         return self.head(torch.cat(outputs).flatten(0, 1)), state
 
 class Agent(nn.Module):
-    """An encoder that both share, then the actor's and the
-    critic's own Memory [core-13]. The value loss trains the
-    encoder too, but not the LSTM the policy reads: with one
-    LSTM for both, more masked CartPole seeds failed."""
+    """An encoder both share, then the actor's and the critic's
+    own Memory [core-13]: the value loss trains the encoder, not
+    the LSTM the policy reads (one for both did worse)."""
 
     def __init__(self, envs, args):
         super().__init__()
@@ -239,19 +234,22 @@ class Agent(nn.Module):
             action = dist.mode.nan_to_num(0) if greedy else dist.sample()
         if self.memory:  # the control's states stay zero
             states = (actor_state, critic_state)
-        return action, dist.log_prob(action), dist.entropy(), value.squeeze(-1), states
+        value = value.squeeze(-1)  # (T * B,)
+        return action, dist.log_prob(action), dist.entropy(), value, states
 
-# [core-5] Generalized advantage estimation: the k-step
-# advantage estimates averaged with weights (1 - lambda)
-# lambda^(k-1), the longest (to the rollout's end) taking the
-# weight left over. At lambda 0 it is the one-step estimate,
-# which trusts V (biased, steady); at 1 it sums the rewards to
-# the rollout's end and trusts V only there (less biased, noisy).
+# [core-5] Generalized advantage estimation. The k-step estimate
+# sums k rewards, then trusts V: r_t + gamma r_t+1 + ... +
+# gamma^k V(s_t+k) - V(s_t). GAE averages these with weights
+# (1 - lambda) lambda^(k-1), the longest (to the rollout's end)
+# taking the rest. At lambda 0 it is the one-step estimate,
+# which trusts V (biased, steady); at 1 the rewards' sum to the
+# rollout's end, trusting V only there (less biased, noisy).
 #   delta_t = r_t + gamma V(s_t+1) (1 - d_t+1) - V(s_t)
 #   A_t = delta_t + gamma lambda (1 - d_t+1) A_t+1
 #   R_t = A_t + V(s_t), the critic's target
 # The trap: d_t = dones[t] = 1 says that observation t starts
 # a new episode, so step t-1 ended one: its target drops V(s_t).
+# (An episode ends at step 5: dones[6] = 1, delta_5 drops V(s_6).)
 # V(s_T) = next_value, d_T = next_done, A_T = 0.
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     next_values = torch.cat([values[1:], next_value[None]])
@@ -276,7 +274,7 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
-# The entropy bonus H keeps the policy exploring.
+# with H, the entropy, a bonus that keeps the policy exploring.
 def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
              entropy, clip_coef, vf_coef, ent_coef, clip_vloss=True):
     logratio = newlogprob - oldlogprob
@@ -291,9 +289,11 @@ def ppo_loss(newlogprob, oldlogprob, advantages, newvalue, oldvalue, returns,
     entropy_loss = entropy.mean()
     loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
     # [core-12] Two numbers to watch (README): how far the
-    # policy moved (an estimate of the KL divergence), and
-    # the share of ratios outside the clip range.
-    approx_kl = ((ratio - 1) - logratio).mean()  # >= 0, low variance (k3)
+    # policy moved, by the estimate of KL(old, new) that Schulman's
+    # "Approximating KL Divergence" (2020) calls k3,
+    # mean((r - 1) - log r), never below 0 and of low variance;
+    # and the share of ratios outside the clip range.
+    approx_kl = ((ratio - 1) - logratio).mean()
     clipfrac = ((ratio - 1).abs() > clip_coef).float().mean()
     stats = dict(pg_loss=pg_loss, v_loss=v_loss, entropy=entropy_loss,
                  approx_kl=approx_kl, clipfrac=clipfrac)
@@ -306,26 +306,23 @@ def explained_variance(values, returns):
     return 1 - ratio.item() if ratio.isfinite() else math.nan
 
 def update(agent, optimizer, args, first, batch):
-    """Epochs of minibatch steps on a rollout -> mean stats.
+    """Epochs of minibatch steps on a rollout -> each stat's mean
+    over every minibatch (CleanRL logs the last minibatch's).
     first: the actor's and critic's states at its start."""
     stats = []
     for epoch in range(args.update_epochs):
-        # [core-6, lstm-4] A minibatch is a random share of the
-        # envs, each with its whole sequence of steps: the LSTM
-        # must see them in order. At the default of one
-        # minibatch, it holds every env.
+        # [core-6, lstm-4] A minibatch is a random share of the envs,
+        # each with its whole sequence of steps, in the order the
+        # LSTM must see them (by default one minibatch: all envs).
         shuffled = torch.randperm(args.num_envs, device=batch["obs"].device)
         for mb_inds in shuffled.split(len(shuffled) // args.num_minibatches):
             mb = {k: x[:, mb_inds] for k, x in batch.items()}
             # [lstm-5] Each sequence is replayed from the state the
-            # rollout started it with, so before the first gradient
-            # step the update recomputes the rollout's log-probs (up
-            # to float rounding); later ones see the memory the new
-            # weights build. A zero state here would show the policy
-            # a memory it never had when it acted. That first state
-            # was made by the weights of earlier updates and is held
-            # fixed: gradients flow back through this rollout's
-            # num_steps steps and stop at its start.
+            # rollout started it with: before the first gradient step
+            # the update recomputes the rollout's log-probs; later ones
+            # see the memory the new weights build (a zero state would
+            # show a memory the policy never had). That first state
+            # is held fixed: gradients stop at the rollout's start.
             mb_first = [(h[:, mb_inds], c[:, mb_inds]) for h, c in first]
             # obs keep their time axis for the LSTMs; the actions are
             # flattened to (T * B, ...), as the outputs come.
@@ -363,9 +360,11 @@ def train(args):
     # [core-3] Adam's eps is 1e-5 as in OpenAI's code (torch's: 1e-8).
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     ckpt = load_checkpoint(args.resume) if args.resume else {}
-    if ckpt:
+    if ckpt:  # and torch's RNGs, drawing on where the run stopped
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["rng"]["cpu"])
+        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
     iteration = ckpt.get("iteration", 0)  # updates done
     global_step = iteration * batch_size
     # The rollout, (num_steps, num_envs, ...) each.
@@ -375,13 +374,12 @@ def train(args):
     actions = torch.zeros(shape + envs.single_action_space.shape, device=device)
     logprobs = torch.zeros(shape, device=device)
     values = torch.zeros(shape, device=device)
-    bootstraps = torch.zeros(shape, device=device)  # gamma V(final)
+    bootstraps = torch.zeros(shape, device=device)  # of episodes cut (below)
     dones = torch.zeros(shape, device=device)  # the LSTMs read it
     rewards = np.zeros(shape, np.float32)
     discounted = np.zeros(shape, np.float32)  # discounted sums of past rewards
     discounted_return = np.zeros(args.num_envs)
-    # A resume starts new episodes, with new seeds.
-    next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)
+    next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)  # resumed: new seeds
     next_done = np.zeros(args.num_envs, bool)
     # [lstm-2] The states start at zero, and are carried from
     # one rollout to the next: an episode goes on across them.
@@ -389,10 +387,10 @@ def train(args):
     states = [(zeros, zeros), (zeros, zeros)]  # actor's, critic's (h, c)
     with Run(args, num_iterations * batch_size, ckpt) as run:
         while iteration < num_iterations and not run.stop:
-            # [core-4] The learning rate falls linearly to 0 over
-            # the run. It is a function of the iteration alone, so
-            # a resumed run goes on where it stopped.
-            lr = args.learning_rate * (1.0 - iteration / num_iterations if args.anneal_lr else 1.0)
+            # [core-4] The learning rate falls linearly to 0 over the
+            # run: a function of the iteration, so a resume goes on.
+            frac = 1.0 - iteration / num_iterations
+            lr = args.learning_rate * (frac if args.anneal_lr else 1.0)
             optimizer.param_groups[0]["lr"] = lr
             # ---- 2. rollout
             first = states  # the update replays from these
@@ -408,13 +406,12 @@ def train(args):
                 next_done = term | trunc
                 global_step += args.num_envs
                 rewards[step] = reward
-                run.episodes(global_step, reward, next_done)
+                run.episodes(global_step, info)
                 discounted_return = discounted_return * args.gamma + reward
                 discounted[step] = discounted_return
                 discounted_return[next_done] = 0
-                # A time limit is not a death: the episode would
-                # have gone on, so the value of its final state,
-                # read with its own memory, joins the last reward.
+                # A time limit is not a death: the value of the final
+                # state, read with its own memory, joins the last reward.
                 cut = trunc & ~term
                 if cut.any():
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
@@ -429,10 +426,9 @@ def train(args):
             means = update(agent, optimizer, args, first, dict(
                 obs=obs, dones=dones, actions=actions, logprobs=logprobs,
                 advantages=advantages, returns=returns, values=values))
-            if not math.isfinite(means.pop("loss")):
+            if not math.isfinite(means.pop("loss")):  # the total: checked, its terms logged
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
-            # The statistics take in the rollout only now, so that
-            # the update saw what the rollout saw.
+            # The statistics take in the rollout only now: the update saw what it saw.
             agent.obs_norm.update(obs.flatten(0, 1)[:, agent.visible])
             iteration += 1
             # ---- 5. logging
@@ -449,7 +445,7 @@ POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm"]
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
     from the checkpoint, all checked before anything is made."""
-    # --help: the docstring's first paragraph, each field's comment.
+    # --help: the docstring's first paragraph, then each Args field's comment, read from this file.
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                      usage=argparse.SUPPRESS)  # a bad flag: one line
     helps = dict(re.findall(r"\n    (\w+): .+?  # (.+)", open(__file__).read()))
@@ -458,41 +454,49 @@ def parse_args(argv=None):
         default = f" (default: {f.default})" if f.default not in ["", None] else ""
         parser.add_argument("--" + f.name.replace("_", "-"), **kind, default=argparse.SUPPRESS,
                             help=helps[f.name].removesuffix(".") + default + ".")
-    given = vars(parser.parse_args(argv))
+    given = vars(parser.parse_args(argv))  # the flags typed, by name
     args = Args(**given)
-    rules = []  # (flag, what it must be, whether it is)
+    rules = []  # the checks: (flag, what it must be, whether it is)
     if args.resume or args.eval:
+        # A run goes on, or plays, with the arguments it began with.
         saved = load_checkpoint(args.resume or args.eval)["args"]
         own = {"resume", "eval", "device"} | (PLAY if args.eval else set())
-        rules = [(k, "the checkpoint's", given[k] == saved.get(k)) for k in given.keys() - own]
-        args = Args(**{**saved, **{name: getattr(args, name) for name in own}})
+        must = "the checkpoint's, {} (a finished run is not extended)"
+        rules = [(k, must.format(saved.get(k)), given[k] == saved.get(k)) for k in set(given) - own]
+        args = replace(Args(**saved), **{name: getattr(args, name) for name in own})
     if args.resume:  # go on where the checkpoint is now
         folder = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
         args.run_dir = folder or "."
-    args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
+    name = f"{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
+    args.run_dir = args.run_dir or f"runs/{name}"
     # The default mask belongs to the default task alone.
     if not args.mask:
-        args.mask = "1,3" if args.env_id in ["CartPole-v0", "CartPole-v1"] else "none"
+        cartpole = args.env_id in ["CartPole-v0", "CartPole-v1"]
+        args.mask = "1,3" if cartpole else "none"
+    value = vars(args)  # each flag's, by name
     sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"] + POSITIVE
-    rules += [(k, "positive", getattr(args, k) is None or 0 < getattr(args, k) < math.inf)
-              for k in sizes]
-    rules += [(k, "within [0, 1]", 0 <= getattr(args, k) <= 1) for k in ["gamma", "gae_lambda"]]
-    rules += [(k, "0 or more", 0 <= getattr(args, k) < math.inf) for k in ["seed", "save_interval"]]
-    rules += [
-        ("num_minibatches", "a divisor of --num-envs",
-         args.num_envs % max(1, args.num_minibatches) == 0),
+    rules += [(k, "positive", value[k] is None or 0 < value[k] < math.inf) for k in sizes]
+    rules += [(k, "within [0, 1]", 0 <= value[k] <= 1) for k in ["gamma", "gae_lambda"]]
+    rules += [(k, "0 or more", 0 <= value[k] < math.inf) for k in ["seed", "save_interval"]]
+    batch = args.num_envs * args.num_steps
+    minibatches = max(1, args.num_minibatches)  # 0 is refused above
+    # A run that stopped before its first save left no checkpoint.
+    hint = "it holds no run to go on from"
+    if os.path.isfile(f"{args.run_dir}/checkpoint.pt"):
+        hint = f"to go on: --resume {args.run_dir}"
+    rules += [  # a minibatch (its envs' steps) needs 2 rows: 1 has no spread
+        ("num_minibatches", "a divisor of --num-envs leaving 2 rows or more",
+         args.num_envs % minibatches == 0 and batch >= 2 * minibatches),
         ("device", "auto, cpu or cuda (a GPU)",
          args.device in ["auto", "cpu"] or args.device == "cuda" and torch.cuda.is_available()),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
          not args.gif or args.eval and os.path.isdir(os.path.dirname(args.gif) or ".")),
-        ("run_dir", f"new or empty (to go on: --resume {args.run_dir})",
-         args.resume or args.eval or is_new(args.run_dir))]
+        ("run_dir", f"new or empty ({hint})", args.resume or args.eval or is_new(args.run_dir))]
     rules += task_rules(args)  # last: it makes an env
-    broken = [(name, must) for name, must, ok in rules if not ok]
-    if broken:  # the first rule broken
-        name, must = broken[0]
-        parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
+    for name, must, ok in rules:  # the first rule broken ends it
+        if not ok:
+            parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
     return args
 
 def is_new(folder):
@@ -513,16 +517,17 @@ def task_rules(args):
     env.close()
     if env.spec.max_episode_steps is None and args.max_episode_steps is None:
         args.max_episode_steps = 1000
-        print(f"{args.env_id} has no time limit: --max-episode-steps {args.max_episode_steps:,}")
+        print(f"{args.env_id} has no time limit: --max-episode-steps 1,000")
     obs_space = env.observation_space
+    names = ", ".join(s.__name__ for s in SPACES)
     flat = isinstance(obs_space, Box) and len(obs_space.shape) == 1
     size = obs_space.shape[0] if flat else 0
-    names = ", ".join(s.__name__ for s in SPACES)
+    indices = set(map(str, range(size)))  # the observation's, as --mask names them
     return [("env_id", f"a task with a flat Box observation, not {obs_space}", flat),
             ("env_id", f"a task with {names} actions, not {env.action_space}",
              isinstance(env.action_space, SPACES) and len(env.action_space.shape) <= 1),
             ("mask", f"none or indices 0 to {size - 1}",
-             args.mask == "none" or set(args.mask.split(",")) <= set(map(str, range(size))))]
+             args.mask == "none" or set(args.mask.split(",")) <= indices)]
 
 def pick_device(name):
     # One torch thread: these small networks run faster so,
@@ -533,8 +538,6 @@ def pick_device(name):
 def load_checkpoint(path):
     """The checkpoint at path or in that folder, or exit 1."""
     path = f"{path}/checkpoint.pt" if os.path.isdir(path) else path
-    if not os.path.isfile(path):
-        sys.exit(f"error: {path}: no such file")
     try:  # plain data: a stranger's file runs no code
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         if [ckpt["script"], ckpt["format"]] != [SCRIPT, FORMAT]:
@@ -552,37 +555,27 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.args = args
         self.dir = args.run_dir
         os.makedirs(self.dir, exist_ok=True)
-        # One writer per folder: an OS lock that dies with its
-        # process (a killed run leaves none). Another process that
-        # would write here ends before it touches a file.
-        self.lock = FileLock(f"{self.dir}/.lock")
+        self.lock = FileLock(f"{self.dir}/.lock")  # one writer; dies with its process
         try:
             self.lock.acquire(timeout=0)
         except Timeout:
             sys.exit(f"error: {self.dir}: another process is writing this run")
         if total_steps != args.total_timesteps:
             print(f"{total_steps:,} steps: --total-timesteps rounded up to whole rollouts")
-        steps = ckpt.get("global_step", 0)  # done so far
         self.start = time.time() - ckpt.get("wall_time", 0)
         self.last = self.saved = time.time()
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
         self.logs = {}
-        # A resume drops the rows written after its checkpoint,
-        # and a last row cut short (a power cut, a full disk).
-        kept = {}  # each CSV's rows, header first
         for name in ["updates.csv", "episodes.csv"]:
-            rows = open(f"{self.dir}/{name}").read().split("\n") if ckpt else []
-            if rows and rows[-1]:  # text after the last newline
-                print(f"{self.dir}/{name}: dropped a last row cut short")
-            kept[name] = rows[:1] + [r for r in rows[1:-1] if int(r.split(",")[0]) <= steps]
-            self.logs[name] = open(f"{self.dir}/{name}", "w", buffering=1)
-            self.logs[name].writelines(row + "\n" for row in kept[name])
-        # Each episode's (step, return) kept: columns 0 and 2.
-        rows = [r.split(",") for r in kept["episodes.csv"][1:]]
-        self.curve = [(int(r[0]), float(r[2])) for r in rows]
-        self.bar = tqdm(total=total_steps, initial=steps, unit="step")
-        self.score = np.zeros(args.num_envs)
-        self.length = np.zeros(args.num_envs, int)
+            path = f"{self.dir}/{name}"
+            # A resume cuts each CSV back to its checkpoint's length:
+            # later rows go, and a row cut short by a crash.
+            if ckpt and os.path.getsize(path) > ckpt["csv_sizes"][name]:
+                print(f"{path}: cut back to its length at the checkpoint")
+                os.truncate(path, ckpt["csv_sizes"][name])
+            self.logs[name] = open(path, "a", buffering=1)  # written line by line
+        self.curve = ckpt.get("curve", [])  # each episode's (step, return)
+        self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
         for s in [signal.SIGINT, signal.SIGTERM]:
@@ -593,16 +586,14 @@ class Run(AbstractContextManager):  # with Run(...) as run
         signal.signal(signum, signal.SIG_DFL)  # a second one ends it at once
         tqdm.write("stopping after this update, saving first (again: at once)")
 
-    def episodes(self, global_step, reward, ended):
-        """Adds a step's rewards; logs the episodes ended."""
-        self.score += reward
-        self.length += 1
-        for i in np.flatnonzero(ended):
-            row = {"global_step": global_step, "wall_time": round(time.time() - self.start, 1)}
-            self.write("episodes.csv", {**row, "return": self.score[i], "length": self.length[i]})
-            self.curve.append((global_step, self.score[i]))
-        self.score[ended] = 0
-        self.length[ended] = 0
+    def episodes(self, global_step, info):
+        """Logs the episodes that ended in a step, from info."""
+        wall_time = round(time.time() - self.start, 1)
+        for i in np.flatnonzero(info.get("_episode", [])):  # ended
+            score = float(info["episode"]["r"][i])
+            row = {"global_step": global_step, "wall_time": wall_time, "return": score}
+            self.write("episodes.csv", {**row, "length": info["episode"]["l"][i]})
+            self.curve.append((global_step, score))
 
     def shown_score(self):
         """The score: the mean return of the last 20 episodes."""
@@ -611,7 +602,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         return f"{np.mean([r for _, r in self.curve[-20:]]):.1f}"
 
     def log_update(self, global_step, state, **row):
-        """A row of updates.csv; state: a checkpoint or None."""
+        """A row of updates.csv; state: what a checkpoint holds."""
         sps = (global_step - self.bar.n) / (time.time() - self.last)
         self.last = time.time()
         self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
@@ -632,8 +623,13 @@ class Run(AbstractContextManager):  # with Run(...) as run
     def save(self, checkpoint=True):
         """The checkpoint (written aside, then renamed), curve.png."""
         if checkpoint and self.state:
-            ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args),
-                        wall_time=time.time() - self.start, **self.state)
+            # With the state, what a resume needs: CSVs' lengths, curve, RNGs
+            # (CUDA's where this process has started CUDA: a GPU run).
+            sizes = {name: log.tell() for name, log in self.logs.items()}
+            cuda = [torch.cuda.get_rng_state()] if torch.cuda.is_initialized() else []
+            rng = dict(cpu=torch.get_rng_state(), cuda=cuda)
+            ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args), csv_sizes=sizes,
+                        curve=self.curve, rng=rng, wall_time=time.time() - self.start, **self.state)
             torch.save(ckpt, f"{self.dir}/checkpoint.pt.tmp")
             os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")
         self.saved = time.time()
@@ -651,9 +647,8 @@ class Run(AbstractContextManager):  # with Run(...) as run
         plt.close()
 
     def __exit__(self, error, *_):
-        # After an error the last good checkpoint stays.
         self.bar.close()
-        self.save(checkpoint=error is None)
+        self.save(checkpoint=error is None)  # after an error, the last good one stays
         self.lock.release()
         if error is None and self.stop:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
@@ -679,10 +674,12 @@ def evaluate(args):
     frames = []  # episode 0's
     while not over.all():  # each has a time limit
         if args.gif and not over[0]:
-            frames.append(envs.envs[0].render())
+            frames.append(envs.unwrapped.envs[0].render())
         x = torch.as_tensor(obs[None], dtype=torch.float32, device=device)
-        action, *_, states = agent.get_action_and_value(x, states, done, greedy=args.deterministic)
-        obs, reward, term, trunc, _ = envs.step(to_env(envs.single_action_space, action))
+        greedy = args.deterministic  # the likeliest action, or a sample
+        action, *_, states = agent.get_action_and_value(x, states, done, greedy=greedy)
+        action = to_env(envs.single_action_space, action)
+        obs, reward, term, trunc, _ = envs.step(action)
         scores += reward * ~over
         over |= term | trunc
     envs.close()

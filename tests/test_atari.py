@@ -1,4 +1,5 @@
 """Checks of what only ppo_atari.py has, and short end-to-end runs of its command line."""
+import copy
 import functools
 import json
 
@@ -165,46 +166,101 @@ def test_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch):
     assert not torch.allclose(calls[-1][0], calls[-1][1], rtol=0, atol=1e-7)  # later minibatches do move
 
 
+def stand_in(fn, *inputs):
+    """A stand-in for cuda_graph: its replay calls fn again on what the recorded inputs hold then, as a CUDA
+    graph's replay runs the recorded work on them, so that the fast path's wiring is tested on any machine."""
+    return lambda: fn(*inputs)
+
+
+def rollout_batch(args, device="cpu"):
+    """A made-up rollout of the shapes train() records: (num_steps, num_envs, ...) each."""
+    shape = (args.num_steps, args.num_envs)
+    batch = dict(obs=torch.randint(0, 256, shape + (4, 84, 84), dtype=torch.uint8),
+                 actions=torch.randint(0, 4, shape), logprobs=-torch.rand(shape) - 1,
+                 advantages=torch.randn(shape), returns=torch.randn(shape), values=torch.randn(shape))
+    return {k: x.to(device) for k, x in batch.items()}
+
+
+def the_fast_path_replays_what_the_eager_code_computes(device, tolerance):
+    """fast_path's act and learn against the eager functions, with new inputs and a new clip range at every
+    call: a replay that kept its recording's minibatch or clip range (a Python number is kept as recorded)
+    would give other losses, stats and gradients. The eager side runs on a twin of the agent: an eager
+    zero_grad() lets go of the gradient tensors a recording writes into, as train() never does after it."""
+    args = P.Args(num_envs=2, num_steps=16, num_minibatches=2)
+    torch.manual_seed(0)
+    agent = P.Agent(P.make_envs(args, 2), args).to(device, memory_format=torch.channels_last)
+    twin = copy.deepcopy(agent)
+    batch = rollout_batch(args, device)
+    learn = functools.partial(P.minibatch_loss, agent, args)
+    eager_learn = functools.partial(P.minibatch_loss, twin, args)
+    fast_act, fast_learn = P.fast_path(agent, args, batch, agent.get_action_and_value, learn)
+    assert fast_learn is not learn
+    rows = {k: x.flatten(0, 1) for k, x in batch.items()}
+    clipped = []
+    for clip_coef in [0.2, 0.01, 0.3]:
+        mb = {k: x[torch.randperm(32, device=device)[:16]] for k, x in rows.items()}
+        loss, stats = fast_learn(mb, clip_coef)
+        loss, stats = loss.clone(), {k: x.clone() for k, x in stats.items()}
+        grads = [p.grad.clone() for p in agent.parameters()]
+        eager_loss, eager_stats = eager_learn(mb, clip_coef)
+        torch.testing.assert_close(loss, eager_loss, rtol=tolerance, atol=tolerance)
+        for k in stats:
+            torch.testing.assert_close(stats[k], eager_stats[k], rtol=tolerance, atol=tolerance)
+        for g, p in zip(grads, twin.parameters()):
+            torch.testing.assert_close(g, p.grad, rtol=tolerance, atol=tolerance)
+        clipped.append(stats["clipfrac"].item())
+    assert clipped[1] > clipped[2]  # a clip range of 0.01 clips more than one of 0.3: the range was read
+    obs = rows["obs"][:2]
+    with torch.no_grad():
+        torch.manual_seed(1)
+        fast = [x.clone() for x in fast_act(obs)]
+        torch.manual_seed(1)
+        eager = twin.get_action_and_value(obs)
+    for a, b in zip(fast, eager):
+        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
+
+
+def test_the_fast_path_replays_what_the_eager_code_computes_with_a_stand_in_recording(monkeypatch):
+    monkeypatch.setattr(P, "cuda_graph", stand_in)
+    the_fast_path_replays_what_the_eager_code_computes("cpu", tolerance=0)
+
+
+def test_a_recording_that_fails_leaves_the_run_eager_with_a_line(monkeypatch, capsys):
+    def failing(fn, *inputs):
+        raise RuntimeError("no graphs here")
+    monkeypatch.setattr(P, "cuda_graph", failing)
+    args = P.Args(num_envs=2, num_steps=16, num_minibatches=2)
+    agent = P.Agent(P.make_envs(args, 2), args)
+    learn = functools.partial(P.minibatch_loss, agent, args)
+    act, fast_learn = P.fast_path(agent, args, rollout_batch(args), agent.get_action_and_value, learn)
+    assert act == agent.get_action_and_value and fast_learn is learn
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "CUDA graphs failed" in out[0] and "no graphs here" in out[0]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
-def test_recorded_update(tmp_path, monkeypatch):
-    # The action step and the update are each recorded once, after the first (eager) update. A replayed graph
-    # runs no Python, so no spy sees its ppo_loss: read the (loss, *stats) row each replay returns instead.
-    rows, recordings, record = [], [], P.cuda_graph
-    def recording(fn, example):
-        replay = record(fn, example)
-        recordings.append((fn, replay))
-        def spy(x):
-            out = replay(x)
-            if isinstance(out[1], dict):  # the update's (loss, stats), not the action step's outputs
-                rows.append(torch.stack([out[0], *out[1].values()]))
-            return out
-        return spy
-    monkeypatch.setattr(P, "cuda_graph", recording)
+def test_the_fast_path_on_a_gpu(tmp_path, monkeypatch):
+    # The real recordings against the eager code, as above (TF32 is off: --torch-deterministic).
+    P.pick_device("cuda", True)
+    the_fast_path_replays_what_the_eager_code_computes("cuda", tolerance=1e-5)
+    # train() enters the fast path once, after its first update, and every later update replays: the first
+    # minibatch of each update recomputes the rollout's numbers (approx_kl under 5e-11, nothing clipped), and
+    # the clip range the replays read is the one the schedule sets in that update.
+    entered, firsts, fast_path = [], [], P.fast_path
+
+    def spying(agent, args, batch, act, learn):
+        fast_act, fast_learn = fast_path(agent, args, batch, act, learn)
+        entered.append(fast_learn is not learn)
+
+        def spy(mb, clip_coef):
+            loss, stats = fast_learn(mb, clip_coef)
+            firsts.append((clip_coef, stats["approx_kl"].item(), stats["clipfrac"].item()))
+            return loss, stats
+        return fast_act, spy
+    monkeypatch.setattr(P, "fast_path", spying)
     P.train(P.Args(total_timesteps=1024, run_dir=str(tmp_path), num_envs=4, num_steps=64))
-    assert len(recordings) == 2  # the action step and the update, once each
-    assert len(rows) == 3 * 16  # updates 2-4 replay the recording (the first runs eagerly), 16 minibatches each
-    # In the first minibatch of an update the ratio must be 1 (|ratio - 1| < 1e-5 gives an approx_kl under
-    # 5e-11) and nothing clipped; TF32 convolutions fail this, at about 1e-7.
-    for first in rows[::16]:
-        assert first[4] < 5e-11 and first[5] == 0  # approx_kl, clipfrac
-    assert rows[-1][4] > 1e-9  # later minibatches do move
-    # The learning rate and the clip range change every update, and a recording keeps any number it read:
-    # the replay must read them from the tensors the schedule fills. With a learning rate of 0 a replayed
-    # step leaves the weights as they were, with one of 1e-3 it moves them. After its update the last
-    # rollout's ratios are near 1 but not exactly 1: a clip range of 10 clips none, one of 0 clips most.
-    (fn, replay), = [r for r in recordings if isinstance(r[0], functools.partial)]
-    agent, optimizer, args, batch, clip_coef = fn.args
-    inds = torch.arange(64, device="cuda")  # a minibatch of the last rollout
-    weights = [w.detach().clone() for w in agent.parameters()]
-    optimizer.param_groups[0]["lr"].fill_(0)
-    replay(inds)
-    assert all(torch.equal(w, now) for w, now in zip(weights, agent.parameters()))
-    optimizer.param_groups[0]["lr"].fill_(1e-3)
-    replay(inds)
-    assert not all(torch.equal(w, now) for w, now in zip(weights, agent.parameters()))
-    optimizer.param_groups[0]["lr"].fill_(0)  # the clip checks below move nothing
-    clip_coef.fill_(10)
-    assert replay(inds)[1]["clipfrac"] == 0
-    clip_coef.fill_(0)
-    assert replay(inds)[1]["clipfrac"] > 0.5
+    assert entered == [True] and len(firsts) == 3 * 16  # updates 2-4 replayed, 16 minibatches each
+    for clip_coef, approx_kl, clipfrac in firsts[::16]:
+        assert approx_kl < 5e-11 and clipfrac == 0
+    assert [c for c, _, _ in firsts[::16]] == pytest.approx([0.1 * f for f in (0.75, 0.5, 0.25)])

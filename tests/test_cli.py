@@ -38,6 +38,8 @@ BAD = [
     (["--num-envs", "0"], "--num-envs"),
     (["--total-timesteps", "-5"], "--total-timesteps"),
     (["--num-minibatches", "3"], "--num-minibatches"),  # divides no default batch
+    # A minibatch of one row (its advantages have no std): 4 envs x 1 step in 4 minibatches.
+    (["--num-envs", "4", "--num-steps", "1", "--num-minibatches", "4"], "--num-minibatches"),
     (["--env-id", "NoSuchEnv-v0"], "--env-id"),
     (["--device", "tpu"], "--device"),
     (["--gif", "game.gif"], "--gif"),  # without --eval
@@ -74,6 +76,7 @@ def test_a_bad_flag_value_exits_2_naming_the_flag_and_makes_nothing(name, argv, 
 def test_a_run_dir_that_holds_a_run_is_refused(name, tmp_path, capsys):
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "args.json").write_text("{}")
+    (tmp_path / "old" / "checkpoint.pt").write_text("")
     with pytest.raises(SystemExit) as e:
         parse(name, ["--run-dir", str(tmp_path / "old")])
     last = capsys.readouterr().err.strip().splitlines()[-1]
@@ -162,7 +165,8 @@ def test_sigterm_saves_exits_143_and_a_moved_run_resumes_where_it_lies(name, tmp
     other.mkdir()
     out = subprocess.run([sys.executable, str(ROOT / f"{name}.py"), "--resume", "../elsewhere/first",
                           "--seed", "2"], cwd=other, capture_output=True, text=True)
-    assert out.returncode == 2 and "--seed" in out.stderr.strip().splitlines()[-1]
+    refusal = out.stderr.strip().splitlines()[-1]  # names the run's own value, and why it must stay
+    assert out.returncode == 2 and "--seed must be the checkpoint's, 1 (a finished run is not extended)" in refusal
     out = subprocess.run([sys.executable, str(ROOT / f"{name}.py"), "--resume", "../elsewhere/first",
                           "--device", "cpu"], cwd=other, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -95,6 +95,32 @@ def test_squashed_log_prob_equals_transformed_distribution_and_stays_finite_at_t
     assert ((action >= torch.as_tensor(low)) & (action <= torch.as_tensor(high))).all()
 
 
+def test_the_squashed_policys_entropy_is_the_gaussians_as_its_name_says():
+    # The squashed entropy has no closed form, and log J at the stored sample would pass no gradient to the
+    # bonus: the entropy logged and rewarded is the Gaussian's (of u), as the comment and README say. Near a
+    # bound the squashed entropy is far lower: a Monte Carlo estimate with the mean at 2 and log std 2.
+    agent = agent_for(gym.spaces.Box(-1, 1, (2,)), squash=True)
+    with torch.no_grad():
+        agent.actor_mean[-1].weight.zero_()
+        agent.actor_mean[-1].bias.fill_(2.0)
+        agent.actor_logstd.fill_(2.0)
+    x = torch.randn(4096, 3)
+    _, u, logprob, entropy, _ = agent.get_action_and_value(x)
+    gaussian = Independent(Normal(torch.full((2,), 2.0), torch.full((2,), 2.0).exp()), 1).entropy()
+    torch.testing.assert_close(entropy, gaussian.expand(4096))
+    squashed = -logprob.mean()  # the sampled actions' own -log p(a): a Monte Carlo estimate
+    assert squashed < gaussian - 5, (squashed, gaussian)
+
+
+def test_squash_is_refused_for_bounds_tanh_cannot_map_onto(capsys):
+    # tanh maps onto finite bounds, apart: infinite ones made the scale infinite and the actions NaN.
+    with pytest.raises(SystemExit) as e:
+        P.parse_args(["--env-id", "tiny_tasks:ReachAnywhere-v0", "--squash"])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and "--squash" in last and "inf" in last, last
+    assert P.parse_args(["--env-id", "tiny_tasks:ReachAnywhere-v0"]).env_id  # the Gaussian clips nothing
+
+
 @pytest.mark.slow
 def test_truncation_bootstraps_from_the_final_observations_value(tmp_path, monkeypatch):
     # Pendulum always ends by truncation at step 200. The rewards that reach compute_gae at those steps

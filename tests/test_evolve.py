@@ -1,6 +1,7 @@
 """Checks of what only ppo_evolve.py has: copies, mutations and selection, any task of its action spaces, the
 stopping target, and its command line."""
 import copy
+import io
 import os
 import shutil
 import signal
@@ -33,24 +34,29 @@ def run(*argv, timeout=300):
 
 
 def trained_member(id, fitness, lr=1e-3):
-    """A member as train() leaves it: weights and Adam state after a few optimizer steps."""
+    """A member as train_member leaves it: weights and Adam state after a few optimizer steps, as bytes."""
     torch.manual_seed(id)
-    member = dict(id=id, parent=-1, mutation="new", fitness=fitness, adam={},
-                  hparams=dict(learning_rate=lr, ent_coef=0.01, clip_coef=0.2, gae_lambda=0.95),
-                  model=P.Agent(ENVS, ARGS).state_dict())
+    member = dict(id=id, parent=-1, mutation="new", fitness=fitness, state=None,
+                  hparams=dict(learning_rate=lr, ent_coef=0.01, clip_coef=0.2, gae_lambda=0.95))
     agent, optimizer = P.build(member, ENVS, ARGS, "cpu")
     for _ in range(3):
         _, logprob, entropy, value = agent.get_action_and_value(torch.randn(32, OBS_DIM))
         optimizer.zero_grad()
         (value.pow(2).mean() - logprob.mean() - entropy.mean()).backward()
         optimizer.step()
-    member.update(model=agent.cpu().state_dict(), adam=optimizer.state_dict())  # as train() does
-    return member
+    state = io.BytesIO()
+    torch.save(dict(model=agent.state_dict(), adam=optimizer.state_dict()), state)
+    return dict(member, state=state.getvalue())
+
+
+def unpack(member):
+    """The member's state: {"model": its agent's state dict, "adam": Adam's}."""
+    return torch.load(io.BytesIO(member["state"]), weights_only=True)
 
 
 def adam_tensors(member):
     """The member's Adam state as {(parameter index, key): tensor}."""
-    return {(i, k): v for i, state in member["adam"]["state"].items() for k, v in state.items()}
+    return {(i, k): v for i, state in unpack(member)["adam"]["state"].items() for k, v in state.items()}
 
 
 def children(seeds=range(30)):
@@ -70,7 +76,7 @@ def test_every_member_has_the_same_network(tmp_path):
                           "512", "--eval-episodes", "2", "--run-dir", str(tmp_path)]))
     population = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["population"]
     assert [(m["id"], m["parent"], m["mutation"]) for m in population] == [(i, -1, "new") for i in range(4)]
-    shapes = [{k: v.shape for k, v in member["model"].items()} for member in population]
+    shapes = [{k: v.shape for k, v in unpack(member)["model"].items()} for member in population]
     assert all(s == shapes[0] for s in shapes) and shapes[0]["actor.0.weight"] == (64, OBS_DIM)
     assert len({member["hparams"]["learning_rate"] for member in population}) == 4  # drawn apart
     for member in population:
@@ -107,13 +113,14 @@ def test_a_copy_has_its_parents_weights_and_adam_state_and_its_own_learning_rate
             for k in ("exp_avg", "exp_avg_sq", "step"):
                 assert torch.equal(optimizer.state[p][k], parent_optimizer.state[q][k]), (name, k)
         # the saved state holds the parent's rate: set after the load, the copy steps with its own
-        assert child["adam"]["param_groups"][0]["lr"] == parent["hparams"]["learning_rate"]
+        assert unpack(child)["adam"]["param_groups"][0]["lr"] == parent["hparams"]["learning_rate"]
         assert optimizer.param_groups[0]["lr"] == child["hparams"]["learning_rate"]
-        # a copy, not a view: training the child leaves the parent as it was
-        name = next(iter(child["model"]))
-        before = parent["model"][name].clone()
-        child["model"][name] += 1
-        assert torch.equal(parent["model"][name], before)
+        # a copy, not a view: training the child's agent leaves the parent as it was
+        before = parent["state"]
+        with torch.no_grad():
+            next(agent.parameters()).add_(1)
+        assert parent["state"] == before and torch.equal(unpack(parent)["model"]["critic.0.weight"],
+                                                         parent_agent.critic[0].weight)
 
 
 def test_build_loads_copies_so_training_leaves_the_member_as_it_was():
@@ -124,7 +131,7 @@ def test_build_loads_copies_so_training_leaves_the_member_as_it_was():
     (value.pow(2).mean() - logprob.mean()).backward()
     optimizer.step()
     assert all(torch.equal(adam_tensors(member)[key], v) for key, v in before.items())
-    assert not all(torch.equal(optimizer.state[p]["exp_avg"], member["adam"]["state"][i]["exp_avg"])
+    assert not all(torch.equal(optimizer.state[p]["exp_avg"], unpack(member)["adam"]["state"][i]["exp_avg"])
                    for i, p in enumerate(agent.parameters()))  # the optimizer did move its own
 
 
@@ -133,7 +140,7 @@ def test_envs_can_draw_only_for_a_gif():
     # and steps 2.4 times slower), so training and fitness envs get none; --gif's get "rgb_array".
     for gif, mode in [("", None), ("game.gif", "rgb_array")]:
         envs = P.make_envs(P.Args(gif=gif), 2)
-        assert [env.render_mode for env in envs.envs] == [mode, mode]
+        assert [env.render_mode for env in envs.unwrapped.envs] == [mode, mode]
         envs.close()
 
 
@@ -170,8 +177,7 @@ def test_the_elite_survives_a_generation_unchanged():
     elite = new[0]
     assert elite["id"] == 1 and elite["hparams"] == before["hparams"] and elite["fitness"] == 50.0
     assert elite["mutation"] == "elite" and elite["parent"] == before["parent"]  # its population.csv row
-    assert all(torch.equal(elite["model"][k], v) for k, v in before["model"].items())
-    assert all(torch.equal(adam_tensors(elite)[key], v) for key, v in adam_tensors(before).items())
+    assert elite["state"] == before["state"]  # its weights and Adam's state, byte for byte
     assert [m["id"] for m in new[1:]] == [5, 6, 7] and all(m["fitness"] == -float("inf") for m in new[1:])
 
 
@@ -228,10 +234,11 @@ def test_run_resume_eval_and_broken_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     out = run(*TINY, "--run-dir", str(run_dir))
     assert out.returncode == 0, out.stderr
-    # One line: the folder, the score, how to evaluate.
+    # One line: the folder, the best fitness and what it is, the command that plays the member kept anew.
     assert out.stdout.strip().splitlines() == [last_line(out.stdout)]
-    assert last_line(out.stdout).startswith(f"{run_dir}: score ")
-    assert last_line(out.stdout).endswith(f"evaluate: python ppo_evolve.py --eval {run_dir}")
+    assert last_line(out.stdout).startswith(f"{run_dir}: best fitness ")
+    assert "luckiest" in last_line(out.stdout)
+    assert last_line(out.stdout).endswith(f"python ppo_evolve.py --eval {run_dir} --eval-episodes 100")
     ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=True)  # plain data only
     assert ckpt["format"] == P.FORMAT and ckpt["global_step"] == 6144 and len(ckpt["population"]) == 3
     rows = np.genfromtxt(run_dir / "population.csv", delimiter=",", names=True, dtype=None, encoding=None)
@@ -311,7 +318,7 @@ def test_sigterm_saves_a_whole_generation_exits_143_and_a_moved_run_resumes(tmp_
                          cwd=tmp_path / "other", capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert os.listdir(tmp_path / "other") == []
-    assert last_line(out.stdout).startswith("../elsewhere/first: score ")
+    assert last_line(out.stdout).startswith("../elsewhere/first: best fitness ")
     assert "--eval" in last_line(out.stdout)
     ckpt = torch.load(moved / "checkpoint.pt", weights_only=True)
     assert ckpt["global_step"] == 30720
@@ -333,35 +340,45 @@ def test_the_fittest_member_ever_scored_is_kept_as_it_was_and_eval_plays_it(tmp_
     # keep is generation 0's fittest (member 1, 30) with the weights it was scored with, not the elite that
     # trained on from it and then scored 5.
     scores = iter([10.0, 30.0, 20.0, 5.0, 1.0, 2.0])
-    monkeypatch.setattr(P, "play", lambda *_: np.array([[next(scores)] * 4, [8] * 4]))
+    monkeypatch.setattr(P, "play", lambda *_: (np.array([next(scores)] * 4), np.array([8] * 4)))
     P.train(P.parse_args([*TINY, "--run-dir", str(tmp_path)]))
-    assert last_line(capsys.readouterr().out).startswith(f"{tmp_path}: score 30.0 ")
+    assert last_line(capsys.readouterr().out).startswith(f"{tmp_path}: best fitness 30.0 ")
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     best, elite = ckpt["best"], ckpt["population"][0]
     assert (best["id"], best["fitness"], elite["id"], elite["fitness"]) == (1, 30.0, 1, 5.0)
-    assert not all(torch.equal(best["model"][k], v) for k, v in elite["model"].items())
+    best, elite = unpack(best)["model"], unpack(elite)["model"]
+    assert not all(torch.equal(best[k], v) for k, v in elite.items())
     out = run("--eval", str(tmp_path), "--eval-episodes", "2")
     assert out.returncode == 0 and last_line(out.stdout).startswith("member 1, 2 episodes: "), out.stderr
 
 
 @pytest.mark.slow
-def test_fitness_games_start_anew_each_generation_and_leave_evals_starts_alone(tmp_path, monkeypatch):
-    # play(seed) starts env i from seed + i. All members of a generation play the same starts; no two
-    # generations share one; and the first block (--eval-episodes seeds from --seed), which --eval plays for a
-    # run made with the defaults (--eval's own --seed and --eval-episodes default to 1 and 10), is no fitness
-    # game's.
-    seeds, play = [], P.play
+def test_fitness_games_start_anew_each_generation_and_eval_plays_none_of_them(tmp_path, monkeypatch):
+    # All members of a generation play the same starts; no two generations share one. --eval plays the first
+    # seeds from its --seed on that no fitness game played, whatever its --seed and --eval-episodes: before, a
+    # run's fitness games began at --seed + --eval-episodes, and --eval-episodes 100 replayed the very games the
+    # kept member was chosen on.
+    played, play = [], P.play
 
-    def recording_play(agent, args, seed, device):
-        seeds.append(seed)
-        return play(agent, args, seed, device)
+    def recording_play(agent, args, seeds, device):
+        played.append(list(seeds))
+        return play(agent, args, seeds, device)
     monkeypatch.setattr(P, "play", recording_play)
     P.train(P.parse_args([*TINY, "--seed", "7", "--run-dir", str(tmp_path)]))
     generation = read_csv(tmp_path / "population.csv")["generation"]
-    assert len(seeds) == len(generation) == 6
-    starts = {g: {s + i for s in np.array(seeds)[generation == g] for i in range(4)} for g in (0, 1)}
-    assert all(len(starts[g]) == 4 for g in (0, 1))  # one set of 4 starts per generation
-    assert not starts[0] & starts[1] and not (starts[0] | starts[1]) & set(range(7, 7 + 4))
+    assert len(played) == len(generation) == 6
+    starts = {g: {tuple(s) for s, gen in zip(played, generation) if gen == g} for g in (0, 1)}
+    assert all(len(starts[g]) == 1 for g in (0, 1))  # one set of 4 starts per generation
+    fitness = {s for seeds in played for s in seeds}
+    assert len(fitness) == 8  # 2 generations x 4 games, none shared
+    for argv in [[], ["--eval-episodes", "100"], ["--seed", "12", "--eval-episodes", "20"], ["--seed", "500"]]:
+        played.clear()
+        P.evaluate(P.parse_args(["--eval", str(tmp_path), *argv]))
+        (seeds,) = played
+        first = int(argv[argv.index("--seed") + 1]) if "--seed" in argv else 1
+        assert len(set(seeds)) == len(seeds) and seeds == sorted(seeds) and seeds[0] >= first, argv
+        assert not set(seeds) & fitness, argv
+    assert seeds == list(range(500, 510))  # seeds clear of the fitness games are --eval's own
 
 
 @pytest.mark.slow
@@ -536,3 +553,32 @@ def test_a_small_population_learns_a_box_task(tmp_path):
                           "--eval-episodes", "4", "--deterministic", "--run-dir", str(tmp_path)]))
     rows = read_csv(tmp_path / "population.csv")
     assert (rows["fitness"][rows["generation"] == 1] > -6).any()  # it reads its observation
+
+
+@pytest.mark.slow
+def test_a_population_of_32_trains_under_the_usual_limit_of_1024_open_files(tmp_path):
+    # Members cross between processes as bytes: a tensor sent through a process pool is shared memory with an
+    # open file each, and with the old population, the new and the member kept alive together a population of 8
+    # died in its first generation at this limit (BrokenProcessPool).
+    import resource
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+    argv = ["--pop-size", "32", "--num-envs", "8", "--num-steps", "16", "--evo-steps", "128",
+            "--total-timesteps", "8192", "--eval-episodes", "2", "--workers", "2", "--run-dir", str(tmp_path / "r")]
+    out = subprocess.run([sys.executable, str(ROOT / "ppo_evolve.py"), *argv], capture_output=True, text=True,
+                         timeout=600, preexec_fn=limited)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert list(read_csv(tmp_path / "r" / "population.csv")["generation"]) == [0] * 32 + [1] * 32
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_members_train_on_a_gpu_in_workers_and_cross_as_cpu_state(tmp_path):
+    # torch refuses to send again a CUDA tensor a process received from another; members cross as bytes of
+    # their state, loaded onto the CPU, so the elite trains on in a worker of its own generation after generation.
+    out = run(*TINY, "--device", "cuda", "--workers", "2", "--run-dir", str(tmp_path / "r"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    ckpt = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=True)
+    state = unpack(ckpt["best"])
+    assert all(v.device.type == "cpu" for v in state["model"].values())

@@ -51,7 +51,7 @@ def test_envs_can_draw_only_for_a_gif():
     # and steps 2.4 times slower), so training envs get none; --gif's get "rgb_array".
     for gif, mode in [("", None), ("game.gif", "rgb_array")]:
         envs = P.make_envs(P.Args(gif=gif), 2)
-        assert [env.render_mode for env in envs.envs] == [mode, mode]
+        assert [env.render_mode for env in envs.unwrapped.envs] == [mode, mode]
         envs.close()
 
 

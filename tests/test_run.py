@@ -143,9 +143,10 @@ def test_a_torn_last_row_is_dropped_on_resume_with_a_line_saying_so(name, tmp_pa
     capsys.readouterr()
     P.train(P.parse_args(["--resume", str(tmp_path)]))  # the budget is spent: it only reopens the run
     out = capsys.readouterr().out
-    assert out.count("dropped a last row cut short") == 2 and "Traceback" not in out
+    assert out.count("cut back to its length at the checkpoint") == 2 and "Traceback" not in out
     assert (tmp_path / "updates.csv").read_text() == kept
-    assert (tmp_path / name_csv).read_text().endswith("\n")
+    text = (tmp_path / name_csv).read_text()  # whole rows, the torn one gone (Atari's: no game ended, empty)
+    assert "123,4.5" not in text and (text == "" or text.endswith("\n"))
     assert (tmp_path / "curve.png").exists()
 
 
@@ -204,7 +205,7 @@ def test_a_budget_rounded_up_is_said_in_one_line(name, capsys, tmp_path, monkeyp
         assert "256 steps: --total-timesteps rounded up to whole generations" in out
     else:  # rollouts of 64 steps: 2 envs x 32, or 1 env x 64
         assert "128 steps: --total-timesteps rounded up to whole rollouts" in out
-    assert "nan" not in out[-1] and " score " in out[-1]
+    assert "nan" not in out[-1] and (" score " in out[-1] or " best fitness " in out[-1])
 
 
 @pytest.mark.parametrize("name", ["ppo_atari", "ppo_continuous", "ppo_lstm"])
@@ -217,3 +218,100 @@ def test_no_score_until_an_episode_ends(name, tmp_path, capsys):
     P.train(P.parse_args([*argv, "--num-steps", "64", "--total-timesteps", "64", "--run-dir", str(tmp_path)]))
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert "score none, no episode has ended yet" in last and "nan" not in last
+
+
+# Updates of 64 steps, one env; episodes (or, in Atari, games cut by the frame cap) end after 100 steps, so none
+# has ended when the first update is done.
+ONE_ENV = {
+    "ppo_atari": ["--num-envs", "1", "--num-steps", "64", "--max-episode-frames", "400", "--device", "cpu"],
+    "ppo_continuous": ["--env-id", "Pendulum-v1", "--max-episode-steps", "100", "--num-steps", "64",
+                       "--num-minibatches", "2", "--update-epochs", "2"],
+    "ppo_lstm": ["--env-id", "Pendulum-v1", "--max-episode-steps", "100", "--num-envs", "1", "--num-steps", "64",
+                 "--update-epochs", "2"],
+}
+
+
+def stopped_after_the_first_update(P, argv, monkeypatch):
+    """P.train(argv), stopped as SIGTERM stops it, once its first update is logged: exit 143."""
+    log_update = P.Run.log_update
+
+    def log_and_stop(run, *args, **kwargs):
+        log_update(run, *args, **kwargs)
+        run.stop = signal.SIGTERM
+
+    with monkeypatch.context() as m:
+        m.setattr(P.Run, "log_update", log_and_stop)
+        with pytest.raises(SystemExit) as e:
+            P.train(P.parse_args(argv))
+    assert e.value.code == 143
+
+
+@pytest.mark.parametrize("name", list(ONE_ENV))
+def test_a_run_stopped_before_its_first_episode_ended_resumes_with_whole_csvs(name, tmp_path, monkeypatch):
+    # The checkpoint records each CSV's length, and --resume cuts the file back to it: episodes.csv was still
+    # empty, so the resumed run writes its header first (the row-parsing resume wrote an empty line instead).
+    # The resumed run starts new episodes, which end 100 steps on, in its third update.
+    P = module(name)
+    stopped_after_the_first_update(P, [*ONE_ENV[name], "--total-timesteps", "256", "--run-dir",
+                                       str(tmp_path)], monkeypatch)
+    assert (tmp_path / "episodes.csv").read_text() == ""
+    P.train(P.parse_args(["--resume", str(tmp_path)]))
+    lines = (tmp_path / "episodes.csv").read_text().splitlines()
+    assert lines[0] == "global_step,wall_time,return,length" and len(lines) >= 2, lines
+    assert [row["global_step"] for row in read_csv(tmp_path / "updates.csv")] == ["64", "128", "192", "256"]
+    whole_logs(tmp_path)
+
+
+@pytest.mark.parametrize("name", list(ONE_ENV))
+def test_a_resumed_run_draws_the_random_numbers_a_run_never_stopped_draws(name, tmp_path, monkeypatch):
+    # The checkpoint holds torch's generators, so a resumed stretch draws on from where the run stopped (action
+    # noise, minibatch orders), as a run never stopped does; restarting them from --seed replayed the run's
+    # first numbers. The envs start new episodes on a resume, but they draw from generators of their own, and a
+    # step of the policy draws as many numbers whatever it sees: the generators' states after each update are
+    # those of a run never stopped.
+    P = module(name)
+    states, log_update = [], P.Run.log_update
+
+    def logging(run, *args, **kwargs):
+        log_update(run, *args, **kwargs)
+        states.append(torch.get_rng_state())
+    monkeypatch.setattr(P.Run, "log_update", logging)
+    argv = [*ONE_ENV[name], "--total-timesteps", "128"]
+    P.train(P.parse_args([*argv, "--run-dir", str(tmp_path / "straight")]))
+    straight, states[:] = states[:], []
+    stopped_after_the_first_update(P, [*argv, "--run-dir", str(tmp_path / "stopped")], monkeypatch)
+    P.train(P.parse_args(["--resume", str(tmp_path / "stopped")]))
+    assert len(straight) == len(states) == 2 and not torch.equal(straight[0], straight[1])
+    assert torch.equal(states[0], straight[0]) and torch.equal(states[1], straight[1])
+
+
+@pytest.mark.parametrize("name", list(ONE_ENV))
+def test_a_run_on_the_cpu_saves_no_cuda_generator_and_starts_no_cuda(name, tmp_path, monkeypatch):
+    # Reading CUDA's generators starts CUDA on the GPUs it reads: on a GPU machine a CPU run's first checkpoint
+    # would open a context on every GPU (and fail on one held by another process), and a checkpoint holding
+    # one state per GPU of its machine fails to load on a machine with fewer. Only a process that started
+    # CUDA (a GPU run) saves CUDA's generator, one state, its device's.
+    def starts_cuda(*args, **kwargs):
+        raise AssertionError("a CPU run read CUDA's random-number generators")
+    monkeypatch.setattr(torch.cuda, "get_rng_state", starts_cuda)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", starts_cuda)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # as on a GPU machine, CUDA unused
+    P = module(name)
+    P.train(P.parse_args([*ONE_ENV[name], "--total-timesteps", "64", "--run-dir", str(tmp_path)]))
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert ckpt["rng"]["cuda"] == [] and torch.equal(ckpt["rng"]["cpu"], torch.get_rng_state())
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_folder_a_run_left_without_a_checkpoint_says_so_and_what_to_do(name, tmp_path, capsys):
+    # A run that crashed before its first save leaves logs and no checkpoint: --resume cannot go on from it,
+    # so the refusal of --run-dir does not send the user there; with a checkpoint it names --resume.
+    (tmp_path / "updates.csv").write_text("global_step,sps\n")
+    for ckpt, says in [(False, "holds no run to go on from"), (True, f"--resume {tmp_path}")]:
+        if ckpt:
+            torch.save({}, tmp_path / "checkpoint.pt")
+        with pytest.raises(SystemExit) as e:
+            module(name).parse_args(["--run-dir", str(tmp_path)])
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert e.value.code == 2 and "--run-dir must be new or empty" in last and says in last, last
+        assert ("--resume" in last) == ckpt

@@ -85,3 +85,14 @@ gym.register("TupleActions-v0", TupleActions, max_episode_steps=16)
 gym.register("MatchForever-v0", lambda **kw: Match(Discrete(2), **kw))  # no time limit
 gym.register("Reach-v0", Reach)  # no time limit
 gym.register("Broken-v0", Broken, max_episode_steps=16)
+
+
+class ReachAnywhere(Reach):
+    """Reach with unbounded actions, as a task may declare them: no bounds for tanh to squash into."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = Box(-np.inf, np.inf, (2,), np.float32)
+
+
+gym.register("ReachAnywhere-v0", ReachAnywhere, max_episode_steps=16)
