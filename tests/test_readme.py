@@ -1,4 +1,5 @@
 """README.md's first run works as written: its commands, run as they stand, print what it says they print."""
+import os
 import re
 import shutil
 import subprocess
@@ -61,3 +62,20 @@ def test_every_file_the_docs_link_to_is_in_the_repository():
                 continue
             path = (page.parent / target).resolve().relative_to(ROOT).as_posix()
             assert path in tracked or any(t.startswith(path + "/") for t in tracked), (page.name, target)
+
+
+def test_the_code_that_loads_a_trained_policy_runs_as_written(tmp_path):
+    """The README's block for one's own code loads a run of ppo_continuous.py and steps its env once."""
+    section = README[README.index("## A trained policy in your own code"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    folder = re.search(r'torch.load\("([^"]+)/checkpoint.pt"', code).group(1)
+    train = [sys.executable, str(ROOT / "ppo_continuous.py"), "--env-id", "Pendulum-v1",
+             "--total-timesteps", "512", "--num-steps", "512", "--num-minibatches", "4", "--run-dir", folder]
+    out = subprocess.run(train, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    check = "\nprint(tuple(action.shape), reward.shape)\n"  # one env, Pendulum's one action
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code + check], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "(1, 1) (1,)", out.stdout
