@@ -248,8 +248,9 @@ def update(learn, optimizer, args, batch, clip_coef):
             mb = {k: x[mb_inds] for k, x in batch.items()}
             loss, mb_stats = learn(mb, clip_coef)
             optimizer.step()
-            stats.append(dict(loss=loss, **mb_stats))  # tensors: no waiting on a GPU
-    return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
+            # Copied now: a CUDA graph's next replay overwrites them.
+            stats.append(torch.stack([loss, *mb_stats.values()]))
+    return dict(zip(["loss", *mb_stats], torch.stack(stats).mean(0).tolist()))
 
 def train(args):
     # ---- 1. setup

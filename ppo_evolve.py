@@ -275,8 +275,8 @@ def update(agent, optimizer, args, batch):
             # norm is over max_grad_norm: no step is wild.
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
-            stats.append(dict(loss=loss.detach(), **mb_stats))
-    return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
+            stats.append(torch.stack([loss.detach(), *mb_stats.values()]))
+    return dict(zip(["loss", *mb_stats], torch.stack(stats).mean(0).tolist()))
 
 # A member is a dict of plain data, as the checkpoint holds it:
 # id (generation x pop_size + place; the elite keeps its id),

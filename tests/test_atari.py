@@ -166,10 +166,23 @@ def test_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch):
     assert not torch.allclose(calls[-1][0], calls[-1][1], rtol=0, atol=1e-7)  # later minibatches do move
 
 
+def tensors(outputs):
+    """The tensors of act's outputs (a tuple) or learn's (loss, a dict of stats), in order."""
+    return [t for x in outputs for t in (x.values() if isinstance(x, dict) else [x])]
+
+
 def stand_in(fn, *inputs):
-    """A stand-in for cuda_graph: its replay calls fn again on what the recorded inputs hold then, as a CUDA
-    graph's replay runs the recorded work on them, so that the fast path's wiring is tested on any machine."""
-    return lambda: fn(*inputs)
+    """A stand-in for cuda_graph, so that the fast path's wiring is tested on any machine: as a CUDA graph's
+    replay runs the recorded work on what the recorded inputs hold then and writes the results into the
+    tensors the recording returned, its replay calls fn again and writes its results into the tensors of a
+    first call, which it returns."""
+    outputs = fn(*inputs)
+
+    def replay():
+        for old, new in zip(tensors(outputs), tensors(fn(*inputs))):
+            old.copy_(new)
+        return outputs
+    return replay
 
 
 def rollout_batch(args, device="cpu"):
@@ -223,6 +236,27 @@ def the_fast_path_replays_what_the_eager_code_computes(device, tolerance):
 def test_the_fast_path_replays_what_the_eager_code_computes_with_a_stand_in_recording(monkeypatch):
     monkeypatch.setattr(P, "cuda_graph", stand_in)
     the_fast_path_replays_what_the_eager_code_computes("cpu", tolerance=0)
+
+
+def test_an_update_through_the_fast_path_logs_the_means_of_every_minibatch(monkeypatch):
+    # A replay returns the same output tensors every time, overwritten: update() must copy each minibatch's
+    # statistics before the next replay, or its means are the last minibatch's, repeated.
+    monkeypatch.setattr(P, "cuda_graph", stand_in)
+    args = P.Args(num_envs=2, num_steps=16, num_minibatches=4, update_epochs=2)
+    torch.manual_seed(0)
+    agent = P.Agent(P.make_envs(args, 2), args).to(memory_format=torch.channels_last)
+    twin = copy.deepcopy(agent)
+    batch = rollout_batch(args)
+    fast_act, fast_learn = P.fast_path(agent, args, batch, agent.get_action_and_value,
+                                       functools.partial(P.minibatch_loss, agent, args))
+    means = {}
+    for who, learn in [(agent, fast_learn), (twin, functools.partial(P.minibatch_loss, twin, args))]:
+        optimizer = torch.optim.Adam(who.parameters(), lr=1e-3, eps=1e-5)
+        torch.manual_seed(1)  # the same minibatches
+        means[who is agent] = P.update(learn, optimizer, args, batch, 0.1)
+    assert means[True] == means[False]
+    for k in agent.state_dict():
+        assert torch.equal(agent.state_dict()[k], twin.state_dict()[k]), k
 
 
 def test_a_recording_that_fails_leaves_the_run_eager_with_a_line(monkeypatch, capsys):
