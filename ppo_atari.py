@@ -86,7 +86,7 @@ def make_envs(args, num_envs, **overrides):
     settings = dict(
         noop_max=30,  # [atari-1] up to 30 no-ops
         frameskip=4, maxpool=True,  # [atari-2] max of last 2
-        life_loss_info=True,  # [atari-3] a life: an episode
+        life_loss_info=True,  # [atari-3] a lost life ends an episode
         use_fire_reset=True,  # [atari-4] FIRE at a reset
         img_height=84, img_width=84,  # [atari-5] grey
         reward_clipping=False,  # [atari-6] in train()
@@ -244,7 +244,7 @@ def update(learn, optimizer, args, batch, clip_coef):
         # [core-6] Each epoch takes the rollout in a new random
         # order, one gradient step per minibatch.
         shuffled = torch.randperm(len(batch["obs"]), device=batch["obs"].device)
-        for mb_inds in shuffled.split(len(shuffled) // args.num_minibatches):  # rows each
+        for mb_inds in shuffled.split(len(shuffled) // args.num_minibatches):  # pieces of that size
             mb = {k: x[mb_inds] for k, x in batch.items()}
             loss, mb_stats = learn(mb, clip_coef)
             optimizer.step()
@@ -263,7 +263,7 @@ def train(args):
     # [core-3] Adam's eps is 1e-5 as in OpenAI's code (torch's: 1e-8).
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     ckpt = load_checkpoint(args.resume) if args.resume else {}
-    if ckpt:  # and torch's RNGs, drawing on where the run stopped
+    if ckpt:  # and torch's RNGs: the run draws on where it stopped
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         torch.set_rng_state(ckpt["rng"]["cpu"])
@@ -299,7 +299,7 @@ def train(args):
             bootstraps.zero_()
             for step in range(args.num_steps):
                 obs[step] = torch.from_numpy(next_obs)  # copied in place
-                dones[step] = next_done
+                dones[step] = next_done  # 1: obs[step] starts an episode
                 with torch.no_grad():  # the rollout only acts
                     actions[step], logprobs[step], _, values[step] = act(obs[step])
                 next_obs, reward, term, trunc, info = envs.step(actions[step].cpu().numpy())
@@ -307,12 +307,12 @@ def train(args):
                 global_step += args.num_envs
                 rewards[step] = np.sign(reward)  # [atari-6]
                 run.episodes(global_step, reward, next_done, info)  # logs whole games
-                # A game cut by the frame cap is not lost: it would
-                # have gone on, so the value of its final state
-                # joins the reward of the step that cut it.
+                # A game cut by the frame cap is not lost, but GAE drops
+                # V of the next obs (the new game's): gamma V(the cut
+                # game's final frame) joins the reward of that step.
                 cut = trunc & ~term
                 if cut.any():
-                    final_obs = on_device(np.stack(info["final_obs"][cut]))
+                    final_obs = on_device(np.stack(info["final_obs"][cut]))  # arrays in an array
                     bootstraps[step, cut] = args.gamma * agent.get_value(final_obs)
             # ---- 3. advantages (a cut game's bootstrap joins its reward)
             next_value = agent.get_value(on_device(next_obs))
@@ -323,7 +323,7 @@ def train(args):
             batch = dict(obs=obs, actions=actions, logprobs=logprobs,
                          advantages=advantages, returns=returns, values=values)
             means = update(learn, optimizer, args, batch, clip_coef)
-            if not math.isfinite(means.pop("loss")):  # the total: checked, its terms logged
+            if not math.isfinite(means.pop("loss")):  # the total loss: checked, not logged
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
             if args.cuda_graphs and device.type == "cuda" and iteration == ckpt.get("iteration", 0):
                 act, learn = fast_path(agent, args, batch, act, learn)  # after this process's first

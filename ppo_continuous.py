@@ -295,7 +295,7 @@ def train(args):
     # [core-3] Adam's eps is 1e-5 as in OpenAI's code (torch's: 1e-8).
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     ckpt = load_checkpoint(args.resume) if args.resume else {}
-    if ckpt:  # and torch's RNGs, drawing on where the run stopped
+    if ckpt:  # and torch's RNGs: the run draws on where it stopped
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         torch.set_rng_state(ckpt["rng"]["cpu"])
@@ -359,7 +359,7 @@ def train(args):
             # ---- 4. update
             means = update(agent, optimizer, args, dict(obs=obs, actions=actions, logprobs=logprobs,
                            advantages=advantages, returns=returns, values=values))
-            if not math.isfinite(means.pop("loss")):  # the total: checked, its terms logged
+            if not math.isfinite(means.pop("loss")):  # the total loss: checked, not logged
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
             # The statistics take in the rollout only now: the update
             # normalizes as the rollout did, so first ratios are 1.

@@ -354,7 +354,7 @@ def train_member(member, global_step, args, generation, run_start):
         # ---- 4. update
         means = update(agent, optimizer, args, dict(obs=obs, actions=actions, logprobs=logprobs,
                        advantages=advantages, returns=returns, values=values))
-        if not math.isfinite(means.pop("loss")):  # the total: checked, its terms logged
+        if not math.isfinite(means.pop("loss")):  # the total loss: checked, not logged
             raise FloatingPointError(f"non-finite loss, member {member['id']}")
         # ---- 5. logging
         log.update(global_step, rewards.size, learning_rate=args.learning_rate,
