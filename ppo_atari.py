@@ -472,7 +472,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.args = args
         self.dir = args.run_dir
         os.makedirs(self.dir, exist_ok=True)
-        self.lock = FileLock(f"{self.dir}/.lock")  # one writer; dies with its process
+        self.lock = FileLock(f"{self.dir}/.lock")  # one writer; an OS lock, gone with its process
         try:
             self.lock.acquire(timeout=0)
         except Timeout:

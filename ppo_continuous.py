@@ -161,7 +161,7 @@ class Agent(nn.Module):
             u = mean if greedy else mean + std * torch.randn_like(mean)
         # [cont-1, cont-3] A Normal per action dimension, each
         # independent of the others given the state: log-probability
-        # and entropy are sums over them, written out (faster).
+        # and entropy are sums over them, written out: faster than torch.distributions.
         logprob = -0.5 * ((u - mean) / std) ** 2 - logstd - 0.5 * math.log(2 * math.pi)
         entropy = 0.5 + 0.5 * math.log(2 * math.pi) + logstd
         value = self.critic(x).squeeze(-1)
@@ -339,8 +339,8 @@ def train(args):
                 discounted_return = discounted_return * args.gamma + reward
                 discounted[step] = discounted_return
                 discounted_return[next_done] = 0
-                # A time limit is not a death: the value of the final
-                # state joins the reward of the step that cut it.
+                # A time limit is not a death: the episode would have gone
+                # on, so gamma V(its final state) joins that step's reward.
                 cut = trunc & ~term
                 if cut.any():
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
@@ -478,7 +478,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.args = args
         self.dir = args.run_dir
         os.makedirs(self.dir, exist_ok=True)
-        self.lock = FileLock(f"{self.dir}/.lock")  # one writer; dies with its process
+        self.lock = FileLock(f"{self.dir}/.lock")  # one writer; an OS lock, gone with its process
         try:
             self.lock.acquire(timeout=0)
         except Timeout:

@@ -10,15 +10,15 @@ and GAE lambda (0.9 to 0.99).
 Each generation every member trains with its own values, then
 plays new episodes whose mean return is its fitness, a noisy
 score. The elite (the fittest) keeps its place and trains on;
-every other place goes to a copy of a tournament winner,
-weights and Adam's state included, with one value mutated.
-The fittest ever scored is kept for --eval. Members train side by side (--workers), on any task
-with a flat Box observation and Discrete, MultiDiscrete,
-MultiBinary or Box actions. Tags such as [core-7] number the
-details of "The 37 Implementation Details of PPO" (Huang et
-al., 2022; README). Left out: annealing (core-4) and the KL
-stop (aux-3), as evolution sets the rate and clip range, and
-normalization (cont-6 to cont-9).
+every other place goes to a copy of a tournament winner, weights
+and Adam's state included, with one value mutated. The fittest
+ever scored is kept for --eval. Members train side by side
+(--workers), on any task with a flat Box observation and
+Discrete, MultiDiscrete, MultiBinary or Box actions. Tags such
+as [core-7] number the details of "The 37 Implementation
+Details of PPO" (Huang et al., 2022; README). Left out:
+annealing (core-4) and the KL stop (aux-3), as evolution sets
+the rate and clip range, and normalization (cont-6 to cont-9).
 """
 import argparse
 import copy
@@ -299,11 +299,12 @@ def build(member, envs, args, device):
     optimizer.param_groups[0]["lr"] = member["hparams"]["learning_rate"]
     return agent, optimizer
 
-def train_member(member, global_step, args, generation, run_start):
+def train_member(member, global_step, args, generation, games, run_start):
     """A member's PPO for a generation, then its fitness, in a
     worker, its random numbers from the run's seed, generation and
     its id, whatever the order or process. global_step: the run's
-    before it. -> the member trained (a new dict), its CSV rows."""
+    before it; games: its fitness games' seeds. -> the member
+    trained (a new dict), its CSV rows."""
     # ---- 1. setup
     seeds = np.random.SeedSequence([args.seed, generation, member["id"]])
     seed = int(seeds.generate_state(1)[0])
@@ -341,8 +342,8 @@ def train_member(member, global_step, args, generation, run_start):
             global_step += args.num_envs
             rewards[step] = reward
             log.episodes(global_step, info)
-            # A time limit is not a death: the value of the final
-            # state joins the reward of the step that cut it.
+            # A time limit is not a death: the episode would have gone
+            # on, so gamma V(its final state) joins that step's reward.
             cut = trunc & ~term
             if cut.any():
                 final_obs = on_device(np.stack(info["final_obs"][cut]))
@@ -361,10 +362,7 @@ def train_member(member, global_step, args, generation, run_start):
                    clip_coef=args.clip_coef, **means,
                    explained_variance=explained_variance(values, returns), member=member["id"])
     envs.close()
-    # Fitness: all members play the same starts, new each generation.
-    first = args.seed + (generation + 1) * args.eval_episodes
-    seeds = range(first, first + args.eval_episodes)
-    scores, lengths = play(agent, args, seeds, device)
+    scores, lengths = play(agent, args, games, device)  # its fitness: their mean
     state = io.BytesIO()
     weights = dict(model=agent.cpu().state_dict(), adam=optimizer.state_dict())
     torch.save(weights, state)
@@ -451,19 +449,22 @@ def train(args):
                 population = next_generation(population, generation, args)
             # ---- 8. training and fitness, the members side by side
             first_steps = range(global_step, global_step + steps, member_steps)  # each member's
-            job = partial(train_member, args=args, generation=generation, run_start=run.start)
+            # Fitness games: the same new starts for all, new each generation.
+            first = args.seed + (generation + 1) * args.eval_episodes
+            games = range(first, first + args.eval_episodes)
+            job = partial(train_member, args=args, generation=generation, games=games,
+                          run_start=run.start)
             trained = []
             for member, rows in run.pool.map(job, population, first_steps):
                 run.add(rows, member_steps)  # written in the members' order
                 trained.append(member)
             population = trained
             global_step += steps
-            # The fittest member ever scored, kept as it was, for --eval,
-            # and the seeds of all fitness games: --eval plays others.
+            # For --eval: the fittest member ever scored, kept as it was (an elite
+            # may be lucky, or train worse), and every fitness game's seed so far.
             best = fittest([best, *population])
-            end = args.seed + (generation + 2) * args.eval_episodes
             run.log_generation(dict(population=population, global_step=global_step, best=best,
-                                    fitness_seeds=[args.seed + args.eval_episodes, end]))
+                                    fitness_seeds=[args.seed + args.eval_episodes, games.stop]))
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
 PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # set by --eval; others: the checkpoint's
@@ -579,7 +580,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.args = args
         self.dir = args.run_dir
         os.makedirs(self.dir, exist_ok=True)
-        self.lock = FileLock(f"{self.dir}/.lock")  # one writer; dies with its process
+        self.lock = FileLock(f"{self.dir}/.lock")  # one writer; an OS lock, gone with its process
         try:
             self.lock.acquire(timeout=0)
         except Timeout:

@@ -180,7 +180,7 @@ class Memory(nn.Module):
 class Agent(nn.Module):
     """An encoder both share, then the actor's and the critic's
     own Memory [core-13]: the value loss trains the encoder, not
-    the LSTM the policy reads (one for both did worse)."""
+    the LSTM the policy reads (one for both failed more seeds)."""
 
     def __init__(self, envs, args):
         super().__init__()
@@ -410,8 +410,8 @@ def train(args):
                 discounted_return = discounted_return * args.gamma + reward
                 discounted[step] = discounted_return
                 discounted_return[next_done] = 0
-                # A time limit is not a death: the value of the final
-                # state, read with its own memory, joins the last reward.
+                # A time limit is not a death: the episode would have gone on,
+                # so gamma V(its final state, read with its memory) joins its reward.
                 cut = trunc & ~term
                 if cut.any():
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
@@ -428,7 +428,7 @@ def train(args):
                 advantages=advantages, returns=returns, values=values))
             if not math.isfinite(means.pop("loss")):  # the total loss: checked, not logged
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
-            # The statistics take in the rollout only now: the update saw what it saw.
+            # The statistics take in the rollout only now: the update normalizes as the rollout did.
             agent.obs_norm.update(obs.flatten(0, 1)[:, agent.visible])
             iteration += 1
             # ---- 5. logging
@@ -555,7 +555,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.args = args
         self.dir = args.run_dir
         os.makedirs(self.dir, exist_ok=True)
-        self.lock = FileLock(f"{self.dir}/.lock")  # one writer; dies with its process
+        self.lock = FileLock(f"{self.dir}/.lock")  # one writer; an OS lock, gone with its process
         try:
             self.lock.acquire(timeout=0)
         except Timeout:
