@@ -12,7 +12,9 @@ paper; nothing presses FIRE after a lost life (the policy
 learns to); a game cut by the frame cap is bootstrapped.
 Tags such as [core-7] number the details of "The 37
 Implementation Details of PPO" (Huang et al., 2022), listed
-in the README. Left out: the target-KL stop (aux-3).
+in the README. Left out: the target-KL stop (aux-3), and
+CUDA graphs and torch.compile, which make a GPU faster but
+hide the flow (docs/ppo_atari.md says what they gave).
 """
 import argparse
 import json
@@ -36,7 +38,7 @@ from torch.distributions import Categorical
 from tqdm import tqdm
 
 SCRIPT = "ppo_atari"  # in every checkpoint
-FORMAT = 3  # the checkpoint's layout
+FORMAT = 4  # the checkpoint's layout
 
 @dataclass
 class Args:  # --help shows the comment after each field
@@ -50,8 +52,8 @@ class Args:  # --help shows the comment after each field
     update_epochs: int = 4  # Passes over each rollout.
     clip_coef: float = 0.1  # How far the ratio may leave 1, at first.
     ent_coef: float = 0.01  # Weight of the entropy bonus.
-    anneal_clip: bool = True  # Anneal the clip range to 0.
-    anneal_lr: bool = True  # Anneal the learning rate to 0.
+    anneal_clip: bool = True  # Shrink the clip range linearly.
+    anneal_lr: bool = True  # Shrink the learning rate linearly.
     gamma: float = 0.99  # The discount factor.
     gae_lambda: float = 0.95  # GAE's lambda.
     norm_adv: bool = True  # Normalize advantages.
@@ -60,7 +62,6 @@ class Args:  # --help shows the comment after each field
     max_grad_norm: float = 0.5  # Largest gradient norm.
     seed: int = 1  # Seed of torch and the games.
     device: str = "auto"  # auto (CUDA if any), cpu or cuda.
-    cuda_graphs: bool = True  # On CUDA, record and replay steps.
     torch_deterministic: bool = True  # Deterministic cuDNN, no TF32.
     run_dir: str = ""  # The run's folder (default: runs/...).
     save_interval: float = 300.0  # Seconds between saves.
@@ -93,9 +94,7 @@ def make_envs(args, num_envs, **overrides):
         stack_num=4,  # [atari-7] the last 4 frames
         repeat_action_probability=0,  # no sticky actions
         max_num_frames_per_episode=args.max_episode_frames,
-        # A game that ends resets in that same step: the obs returned is
-        # the new game's first; the ended game's last is info["final_obs"].
-        autoreset_mode="SameStep")
+        autoreset_mode="SameStep")  # train() says what it means
     return AtariVectorEnv(rom_id(args.env_id), num_envs, **{**settings, **overrides})
 
 def layer_init(layer, std=2 ** 0.5):
@@ -154,7 +153,8 @@ class Agent(nn.Module):
 # The trap: d_t = dones[t] = 1 says that observation t starts
 # a new episode, so step t-1 ended one: its target drops V(s_t).
 # (An episode ends at step 5: dones[6] = 1, delta_5 drops V(s_6).)
-# V(s_T) = next_value, d_T = next_done, A_T = 0.
+# V(s_T) = next_value, d_T = next_done, A_T = 0. A game cut by
+# the frame cap adds its own V to the reward first (train()).
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     next_values = torch.cat([values[1:], next_value[None]])
     next_nonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
@@ -174,9 +174,11 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 # Past 1-e or 1+e in the direction A favours, the clipped
 # term wins and its gradient is 0: nothing pushes the policy
 # further. Value clipping is not in the paper but in OpenAI's
-# code: V's change is clipped alike around the rollout's V,
-# by the same e, which here anneals too [aux-1]: late in a
-# run the critic too can move only a little in an update.
+# code: V may move at most e from the rollout's V. For the
+# ratio e is relative; for V it is in the return's units, so
+# it suits returns of about 1 (clipped rewards, as here) and
+# holds back a critic whose returns are in the hundreds. e
+# anneals here [aux-1]: late in a run V too moves little.
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
@@ -211,46 +213,37 @@ def explained_variance(values, returns):
     ratio = (returns - values).var() / returns.var()  # inf or nan if R is flat
     return 1 - ratio.item() if ratio.isfinite() else math.nan
 
-def minibatch_loss(agent, args, mb, clip_coef):
-    """The loss of one minibatch mb (a dict of its rows), its
-    backward pass and clipped gradients -> loss, stats. Adam's step
-    follows in update(), outside what a GPU records (fast_path)."""
-    *_, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
-    advantages = mb["advantages"]
-    if args.norm_adv:
-        # [core-7] Advantages get mean 0 and std 1 in each
-        # minibatch, as in OpenAI's code: every gradient step
-        # has one scale, whatever the rewards' is.
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    loss, stats = ppo_loss(
-        newlogprob=newlogprob, oldlogprob=mb["logprobs"], advantages=advantages,
-        newvalue=newvalue, oldvalue=mb["values"], returns=mb["returns"],
-        entropy=entropy, clip_coef=clip_coef, vf_coef=args.vf_coef,
-        ent_coef=args.ent_coef, clip_vloss=args.clip_vloss)
-    agent.zero_grad()
-    loss.backward()
-    # [core-11] The whole gradient is scaled down when its
-    # norm is over max_grad_norm: no step is wild.
-    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-    return loss.detach(), stats
-
-def update(learn, optimizer, args, batch, clip_coef):
+def update(agent, optimizer, args, batch, clip_coef):
     """Epochs of minibatch steps on a rollout -> each stat's mean
-    over every minibatch (CleanRL logs the last minibatch's).
-    learn(mb, clip_coef): minibatch_loss (on a GPU, its CUDA graph)."""
+    over every minibatch (CleanRL logs the last one's losses and KL)."""
     batch = {k: x.flatten(0, 1) for k, x in batch.items()}
     stats = []
     for epoch in range(args.update_epochs):
         # [core-6] Each epoch takes the rollout in a new random
         # order, one gradient step per minibatch.
         shuffled = torch.randperm(len(batch["obs"]), device=batch["obs"].device)
-        for mb_inds in shuffled.split(len(shuffled) // args.num_minibatches):  # pieces of that size
+        for mb_inds in shuffled.split(len(shuffled) // args.num_minibatches):
             mb = {k: x[mb_inds] for k, x in batch.items()}
-            loss, mb_stats = learn(mb, clip_coef)
+            *_, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
+            advantages = mb["advantages"]
+            if args.norm_adv:
+                # [core-7] Advantages get mean 0 and std 1 in each
+                # minibatch, as in OpenAI's code: every gradient
+                # step has one scale, whatever the rewards' is.
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            loss, mb_stats = ppo_loss(
+                newlogprob=newlogprob, oldlogprob=mb["logprobs"], advantages=advantages,
+                newvalue=newvalue, oldvalue=mb["values"], returns=mb["returns"],
+                entropy=entropy, clip_coef=clip_coef, vf_coef=args.vf_coef,
+                ent_coef=args.ent_coef, clip_vloss=args.clip_vloss)
+            optimizer.zero_grad()
+            loss.backward()
+            # [core-11] The whole gradient is scaled down when its
+            # norm is over max_grad_norm: no step is wild.
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
-            # Copied now: a CUDA graph's next replay overwrites them.
-            stats.append(torch.stack([loss, *mb_stats.values()]))
-    return dict(zip(["loss", *mb_stats], torch.stack(stats).mean(0).tolist()))
+            stats.append(dict(loss=loss.detach(), **mb_stats))
+    return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
 def train(args):
     # ---- 1. setup
@@ -263,11 +256,9 @@ def train(args):
     # [core-3] Adam's eps is 1e-5 as in OpenAI's code (torch's: 1e-8).
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     ckpt = load_checkpoint(args.resume) if args.resume else {}
-    if ckpt:  # and torch's RNGs: the run draws on where it stopped
+    if ckpt:  # the weights and Adam's state; Run restores the rest
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        torch.set_rng_state(ckpt["rng"]["cpu"])
-        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
     iteration = ckpt.get("iteration", 0)  # updates done
     global_step = iteration * batch_size
     # The rollout, (num_steps, num_envs, ...) each.
@@ -277,56 +268,52 @@ def train(args):
     actions = torch.zeros(shape, dtype=int, device=device)
     logprobs = torch.zeros(shape, device=device)
     values = torch.zeros(shape, device=device)
-    bootstraps = torch.zeros(shape, device=device)  # of games cut (below)
-    rewards = np.zeros(shape, np.float32)  # NumPy, as the games return them
+    rewards = torch.zeros(shape, device=device)
     dones = np.zeros(shape, np.float32)
     # A resumed run starts new games, seeded past the earlier ones.
     next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)
     next_done = np.zeros(args.num_envs, bool)
-    # Acting, and learning from a minibatch: these plain functions; on a
-    # GPU, after the first update, their CUDA graphs (fast_path; CPU: skip).
-    act = agent.get_action_and_value
-    learn = partial(minibatch_loss, agent, args)
     with Run(args, num_iterations * batch_size, ckpt) as run:
         while iteration < num_iterations and not run.stop:
             # [core-4, aux-1] The learning rate and the clip range fall
-            # linearly to 0 with the iteration; a resumed run goes on.
+            # linearly with the iteration (a resume goes on), to
+            # 1/num_iterations of their first values in the last update.
             frac = 1.0 - iteration / num_iterations
             lr = args.learning_rate * (frac if args.anneal_lr else 1.0)
             clip_coef = args.clip_coef * (frac if args.anneal_clip else 1.0)
             optimizer.param_groups[0]["lr"] = lr
             # ---- 2. rollout
-            bootstraps.zero_()
             for step in range(args.num_steps):
                 obs[step] = torch.from_numpy(next_obs)  # copied in place
                 dones[step] = next_done  # 1: obs[step] starts an episode
                 with torch.no_grad():  # the rollout only acts
-                    actions[step], logprobs[step], _, values[step] = act(obs[step])
+                    acted = agent.get_action_and_value(obs[step])  # a, log pi(a), H, V
+                actions[step], logprobs[step], _, values[step] = acted
                 next_obs, reward, term, trunc, info = envs.step(actions[step].cpu().numpy())
                 next_done = term | trunc
                 global_step += args.num_envs
-                rewards[step] = np.sign(reward)  # [atari-6]
+                rewards[step] = on_device(np.sign(reward))  # [atari-6]
                 run.episodes(global_step, reward, next_done, info)  # logs whole games
-                # A game cut by the frame cap is not lost, but GAE drops
-                # V of the next obs (the new game's): gamma V(the cut
-                # game's final frame) joins the reward of that step.
+                # A game cut by the frame cap was not lost: it would have
+                # gone on. The env has reset it (its last frames are in
+                # info["final_obs"]), and GAE, seeing a done, drops
+                # V(next_obs), the new game's: gamma V(the cut game's last
+                # frames) joins that step's reward instead.
                 cut = trunc & ~term
                 if cut.any():
-                    final_obs = on_device(np.stack(info["final_obs"][cut]))  # arrays in an array
-                    bootstraps[step, cut] = args.gamma * agent.get_value(final_obs)
-            # ---- 3. advantages (a cut game's bootstrap joins its reward)
+                    final_obs = on_device(np.stack(info["final_obs"][cut]))
+                    rewards[step, cut] += args.gamma * agent.get_value(final_obs)
+            # ---- 3. advantages
             next_value = agent.get_value(on_device(next_obs))
             advantages, returns = compute_gae(
-                on_device(rewards) + bootstraps, values, on_device(dones),
+                rewards, values, on_device(dones),
                 next_value, on_device(next_done), args.gamma, args.gae_lambda)
             # ---- 4. update
             batch = dict(obs=obs, actions=actions, logprobs=logprobs,
                          advantages=advantages, returns=returns, values=values)
-            means = update(learn, optimizer, args, batch, clip_coef)
+            means = update(agent, optimizer, args, batch, clip_coef)
             if not math.isfinite(means.pop("loss")):  # the total loss: checked, not logged
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
-            if args.cuda_graphs and device.type == "cuda" and iteration == ckpt.get("iteration", 0):
-                act, learn = fast_path(agent, args, batch, act, learn)  # after this process's first
             iteration += 1
             # ---- 5. logging
             state = dict(model=agent.state_dict(), optimizer=optimizer.state_dict(),
@@ -409,49 +396,6 @@ def pick_device(name, deterministic):
     auto = "cuda" if torch.cuda.is_available() else "cpu"  # the CNN: faster on a GPU
     return torch.device(auto if name == "auto" else name)
 
-def fast_path(agent, args, batch, act, learn):
-    """On a GPU, after a first update that warmed the kernels up:
-    -> act and learn as CUDA graphs, or, if recording fails, as
-    they were, with a line that says so. A CUDA graph is the GPU
-    work of a call, recorded once, replayed faster with no Python
-    between: it reads its inputs anew, but a Python number as it
-    was, so the clip range goes in a tensor. Adam steps eagerly."""
-    # What replays read (a minibatch: any rows of its size will do).
-    obs = batch["obs"][0].clone()
-    mb = {k: x.flatten(0, 1)[::args.num_minibatches].clone() for k, x in batch.items()}
-    clip_coef = torch.zeros((), dtype=torch.float64, device=obs.device)
-    try:
-        with torch.no_grad():  # acting computes no gradients
-            fast_act = partial(feed, cuda_graph(act, obs), [obs])
-        fast_learn = partial(feed, cuda_graph(learn, mb, clip_coef), [mb, clip_coef])
-    except Exception as e:  # a GPU or a torch this code has not met
-        tqdm.write(f"CUDA graphs failed, going on without them ({e!r:.80})")
-        return act, learn
-    return fast_act, fast_learn
-
-def feed(replay, inputs, *new):
-    """replay(), once new inputs are written into the recorded ones."""
-    for old, x in zip(inputs, new):
-        if isinstance(old, dict):  # a minibatch: each of its tensors
-            for k in old:
-                old[k][...] = x[k]
-        else:  # a tensor, or a number (the clip range) into its 0-d one
-            old[...] = x
-    return replay()
-
-def cuda_graph(fn, *inputs):
-    """fn(*inputs) recorded as a CUDA graph, not run: -> replay(),
-    which runs that GPU work on what the inputs hold then (drawing
-    new random numbers) and returns fn's outputs, overwritten."""
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = fn(*inputs)
-
-    def replay():
-        graph.replay()
-        return outputs
-    return replay
-
 def load_checkpoint(path):
     """The checkpoint at path or in that folder, or exit 1."""
     path = f"{path}/checkpoint.pt" if os.path.isdir(path) else path
@@ -459,7 +403,7 @@ def load_checkpoint(path):
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         if [ckpt["script"], ckpt["format"]] != [SCRIPT, FORMAT]:
             raise ValueError(ckpt["script"])
-    except Exception as e:  # sys.exit(text): exit 1
+    except Exception as e:  # sys.exit with a text exits 1
         sys.exit(f"error: {path}: not a {SCRIPT}.py checkpoint, format {FORMAT} ({e!r:.60})")
     return ckpt
 
@@ -479,6 +423,11 @@ class Run(AbstractContextManager):  # with Run(...) as run
             sys.exit(f"error: {self.dir}: another process is writing this run")
         if total_steps != args.total_timesteps:
             print(f"{total_steps:,} steps: --total-timesteps rounded up to whole rollouts")
+        if ckpt:
+            # torch's generator draws on where it stopped. A GPU's is not
+            # saved (a run may move device): seeded anew, with seed + steps.
+            torch.set_rng_state(ckpt["rng"])
+            torch.cuda.manual_seed(args.seed + ckpt["global_step"])
         self.start = time.time() - ckpt.get("wall_time", 0)
         self.last = self.saved = time.time()
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
@@ -548,13 +497,11 @@ class Run(AbstractContextManager):  # with Run(...) as run
     def save(self, checkpoint=True):
         """The checkpoint (written aside, then renamed), curve.png."""
         if checkpoint and self.state:
-            # With the state, what a resume needs: CSVs' lengths, curve, RNGs
-            # (CUDA's where this process has started CUDA: a GPU run).
-            sizes = {name: log.tell() for name, log in self.logs.items()}
-            cuda = [torch.cuda.get_rng_state()] if torch.cuda.is_initialized() else []
-            rng = dict(cpu=torch.get_rng_state(), cuda=cuda)
-            ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args), csv_sizes=sizes,
-                        curve=self.curve, rng=rng, wall_time=time.time() - self.start, **self.state)
+            # With the state, what a resume needs: CSVs' lengths, the
+            # curve so far, torch's random-number generator.
+            ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args), curve=self.curve,
+                        csv_sizes={name: log.tell() for name, log in self.logs.items()},
+                        rng=torch.get_rng_state(), wall_time=time.time() - self.start, **self.state)
             torch.save(ckpt, f"{self.dir}/checkpoint.pt.tmp")
             os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")
         self.saved = time.time()

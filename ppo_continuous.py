@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 mujoco.set_mju_user_warning(lambda text: None)  # no MUJOCO_LOG.TXT
 SCRIPT = "ppo_continuous"  # in every checkpoint
-FORMAT = 3  # the checkpoint's layout
+FORMAT = 4  # the checkpoint's layout
 
 @dataclass
 class Args:  # --help shows the comment after each field
@@ -49,7 +49,7 @@ class Args:  # --help shows the comment after each field
     clip_coef: float = 0.2  # How far the ratio may move from 1.
     ent_coef: float = 0.0  # Weight of the entropy bonus.
     squash: bool = False  # Squash the Gaussian into the bounds with tanh.
-    anneal_lr: bool = True  # Anneal the learning rate linearly to 0.
+    anneal_lr: bool = True  # Shrink the learning rate linearly.
     gamma: float = 0.99  # Discount factor.
     gae_lambda: float = 0.95  # GAE's lambda.
     norm_adv: bool = True  # Normalize advantages in each minibatch.
@@ -67,8 +67,7 @@ class Args:  # --help shows the comment after each field
     gif: str = ""  # With --eval: write the first episode to this GIF.
 
 def make_envs(args, num_envs):
-    """Envs that reset in the step that ends an episode,
-    which leaves its last observation in info["final_obs"]."""
+    """num_envs copies of the task (train() says how they reset)."""
     # Drawing only for --gif: it slows some tasks down, and a
     # task of one's own need not take render_mode at all.
     settings = dict(render_mode="rgb_array") if args.gif else {}
@@ -217,7 +216,8 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 # Past 1-e or 1+e in the direction A favours, the clipped
 # term wins and its gradient is 0: nothing pushes the policy
 # further. Value clipping is not in the paper but in OpenAI's
-# code: V's change is clipped alike around the rollout's V.
+# code: V may move at most e from the rollout's V, in the
+# return's units, which the scaled rewards keep near 1.
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
@@ -254,7 +254,7 @@ def explained_variance(values, returns):
 
 def update(agent, optimizer, args, batch):
     """Epochs of minibatch steps on a rollout -> each stat's mean
-    over every minibatch (CleanRL logs the last minibatch's)."""
+    over every minibatch (CleanRL logs the last one's losses and KL)."""
     batch = {k: x.flatten(0, 1) for k, x in batch.items()}
     stats = []
     for epoch in range(args.update_epochs):
@@ -295,11 +295,9 @@ def train(args):
     # [core-3] Adam's eps is 1e-5 as in OpenAI's code (torch's: 1e-8).
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     ckpt = load_checkpoint(args.resume) if args.resume else {}
-    if ckpt:  # and torch's RNGs: the run draws on where it stopped
+    if ckpt:  # the weights and Adam's state; Run restores the rest
         agent.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        torch.set_rng_state(ckpt["rng"]["cpu"])
-        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
     iteration = ckpt.get("iteration", 0)  # updates done
     global_step = iteration * batch_size
     # The rollout, (num_steps, num_envs, ...) each.
@@ -318,8 +316,8 @@ def train(args):
     next_done = np.zeros(args.num_envs, bool)
     with Run(args, num_iterations * batch_size, ckpt) as run:
         while iteration < num_iterations and not run.stop:
-            # [core-4] The learning rate falls linearly to 0 over the
-            # run: a function of the iteration, so a resume goes on.
+            # [core-4] The rate falls linearly with the iteration (a resume
+            # goes on), to 1/num_iterations of itself in the last update.
             frac = 1.0 - iteration / num_iterations
             lr = args.learning_rate * (frac if args.anneal_lr else 1.0)
             optimizer.param_groups[0]["lr"] = lr
@@ -329,8 +327,8 @@ def train(args):
                 obs[step] = on_device(next_obs)
                 dones[step] = next_done
                 with torch.no_grad():  # the rollout only acts
-                    action, actions[step], logprobs[step], _, values[step] = \
-                        agent.get_action_and_value(obs[step])
+                    acted = agent.get_action_and_value(obs[step])  # a, u, log pi(u), H, V
+                action, actions[step], logprobs[step], _, values[step] = acted
                 next_obs, reward, term, trunc, info = envs.step(action.cpu().numpy())
                 next_done = term | trunc
                 global_step += args.num_envs
@@ -339,8 +337,10 @@ def train(args):
                 discounted_return = discounted_return * args.gamma + reward
                 discounted[step] = discounted_return
                 discounted_return[next_done] = 0
-                # A time limit is not a death: the episode would have gone
-                # on, so gamma V(its final state) joins that step's reward.
+                # A time limit is not a death: the episode would have gone on.
+                # The env has reset it (its last obs is in info["final_obs"]),
+                # and GAE, seeing a done, drops V(next_obs), the new episode's:
+                # gamma V(the cut one's last obs) joins that step's reward.
                 cut = trunc & ~term
                 if cut.any():
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
@@ -416,10 +416,10 @@ def parse_args(argv=None):
         ("num_minibatches", f"a divisor of {batch} up to {batch // 2}",
          batch % max(1, args.num_minibatches) == 0 and batch >= 2 * args.num_minibatches),
         ("device", "auto, cpu or cuda (a GPU)",
-         args.device in ["auto", "cpu"] or args.device == "cuda" and torch.cuda.is_available()),
+         args.device in ["auto", "cpu"] or (args.device == "cuda" and torch.cuda.is_available())),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
-         not args.gif or args.eval and os.path.isdir(os.path.dirname(args.gif) or ".")),
+         not args.gif or (bool(args.eval) and os.path.isdir(os.path.dirname(args.gif) or "."))),
         ("run_dir", f"new or empty ({hint})", args.resume or args.eval or is_new(args.run_dir))]
     rules += task_rules(args)  # last: it makes an env (and may cap episodes)
     for name, must, ok in rules:  # the first rule broken ends it
@@ -465,7 +465,7 @@ def load_checkpoint(path):
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         if [ckpt["script"], ckpt["format"]] != [SCRIPT, FORMAT]:
             raise ValueError(ckpt["script"])
-    except Exception as e:  # sys.exit(text): exit 1
+    except Exception as e:  # sys.exit with a text exits 1
         sys.exit(f"error: {path}: not a {SCRIPT}.py checkpoint, format {FORMAT} ({e!r:.60})")
     return ckpt
 
@@ -485,6 +485,11 @@ class Run(AbstractContextManager):  # with Run(...) as run
             sys.exit(f"error: {self.dir}: another process is writing this run")
         if total_steps != args.total_timesteps:
             print(f"{total_steps:,} steps: --total-timesteps rounded up to whole rollouts")
+        if ckpt:
+            # torch's generator draws on where it stopped. A GPU's is not
+            # saved (a run may move device): seeded anew, with seed + steps.
+            torch.set_rng_state(ckpt["rng"])
+            torch.cuda.manual_seed(args.seed + ckpt["global_step"])
         self.start = time.time() - ckpt.get("wall_time", 0)
         self.last = self.saved = time.time()
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
@@ -546,13 +551,11 @@ class Run(AbstractContextManager):  # with Run(...) as run
     def save(self, checkpoint=True):
         """The checkpoint (written aside, then renamed), curve.png."""
         if checkpoint and self.state:
-            # With the state, what a resume needs: CSVs' lengths, curve, RNGs
-            # (CUDA's where this process has started CUDA: a GPU run).
-            sizes = {name: log.tell() for name, log in self.logs.items()}
-            cuda = [torch.cuda.get_rng_state()] if torch.cuda.is_initialized() else []
-            rng = dict(cpu=torch.get_rng_state(), cuda=cuda)
-            ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args), csv_sizes=sizes,
-                        curve=self.curve, rng=rng, wall_time=time.time() - self.start, **self.state)
+            # With the state, what a resume needs: CSVs' lengths, the
+            # curve so far, torch's random-number generator.
+            ckpt = dict(script=SCRIPT, format=FORMAT, args=asdict(self.args), curve=self.curve,
+                        csv_sizes={name: log.tell() for name, log in self.logs.items()},
+                        rng=torch.get_rng_state(), wall_time=time.time() - self.start, **self.state)
             torch.save(ckpt, f"{self.dir}/checkpoint.pt.tmp")
             os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")
         self.saved = time.time()

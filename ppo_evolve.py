@@ -95,8 +95,7 @@ class Args:  # --help shows the comment after each field
     gif: str = ""  # With --eval: write the first episode to this GIF.
 
 def make_envs(args, num_envs):
-    """Envs that reset in the step that ends an episode,
-    which leaves its last observation in info["final_obs"]."""
+    """num_envs copies of the task (train() says how they reset)."""
     # Drawing only for --gif: it slows some tasks down, and a
     # task of one's own need not take render_mode at all.
     settings = dict(render_mode="rgb_array") if args.gif else {}
@@ -211,7 +210,9 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 # Past 1-e or 1+e in the direction A favours, the clipped
 # term wins and its gradient is 0: nothing pushes the policy
 # further. Value clipping is not in the paper but in OpenAI's
-# code: V's change is clipped alike around the rollout's V.
+# code: V may move at most e from the rollout's V, in the
+# return's units. The rewards are not scaled here: where returns
+# reach 100 (CartPole), V moves 0.1-0.3 an update at most.
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
@@ -248,7 +249,7 @@ def explained_variance(values, returns):
 
 def update(agent, optimizer, args, batch):
     """Epochs of minibatch steps on a rollout -> each stat's mean
-    over every minibatch (CleanRL logs the last minibatch's)."""
+    over every minibatch (CleanRL logs the last one's losses and KL)."""
     batch = {k: x.flatten(0, 1) for k, x in batch.items()}
     stats = []
     for epoch in range(args.update_epochs):
@@ -327,23 +328,25 @@ def train_member(member, global_step, args, generation, games, run_start):
     dones = np.zeros(shape, np.float32)
     next_obs, _ = envs.reset(seed=seed)
     next_done = np.zeros(args.num_envs, bool)
-    for rollout in range(math.ceil(args.evo_steps / rewards.size)):  # size: a rollout's
+    for rollout in range(math.ceil(args.evo_steps / rewards.size)):  # size: steps a rollout
         # ---- 2. rollout
         bootstraps.zero_()
         for step in range(args.num_steps):
             obs[step] = on_device(next_obs)
             dones[step] = next_done
             with torch.no_grad():  # the rollout only acts
-                actions[step], logprobs[step], _, values[step] = \
-                    agent.get_action_and_value(obs[step])
+                acted = agent.get_action_and_value(obs[step])  # a, log pi(a), H, V
+            actions[step], logprobs[step], _, values[step] = acted
             action = to_env(envs.single_action_space, actions[step])
             next_obs, reward, term, trunc, info = envs.step(action)
             next_done = term | trunc
             global_step += args.num_envs
             rewards[step] = reward
             log.episodes(global_step, info)
-            # A time limit is not a death: the episode would have gone
-            # on, so gamma V(its final state) joins that step's reward.
+            # A time limit is not a death: the episode would have gone on.
+            # The env has reset it (its last obs is in info["final_obs"]),
+            # and GAE, seeing a done, drops V(next_obs), the new episode's:
+            # gamma V(the cut one's last obs) joins that step's reward.
             cut = trunc & ~term
             if cut.any():
                 final_obs = on_device(np.stack(info["final_obs"][cut]))
@@ -441,8 +444,8 @@ def train(args):
     best = ckpt.get("best", population[0])  # -inf until scored
     total = math.ceil(args.total_timesteps / steps) * steps
     with Run(args, total, ckpt) as run:
-        while global_step < total and not run.stop \
-                and fittest(population)["fitness"] < args.target:
+        while (global_step < total and not run.stop
+               and fittest(population)["fitness"] < args.target):
             generation = global_step // steps
             # ---- 7. selection and mutation, on the last generation's scores
             if args.evolve and generation:
@@ -508,16 +511,15 @@ def parse_args(argv=None):
     hint = "it holds no run to go on from"
     if os.path.isfile(f"{args.run_dir}/checkpoint.pt"):
         hint = f"to go on: --resume {args.run_dir}"
-    rules += [
+    rules += [  # a minibatch needs 2 rows: 1 has no spread to normalize by
         ("gamma", "within [0, 1]", 0 <= args.gamma <= 1),
-        # A minibatch needs 2 rows: 1 has no spread to normalize by.
         ("num_minibatches", f"a divisor of {batch} up to {batch // 2}",
          batch % max(1, args.num_minibatches) == 0 and batch >= 2 * args.num_minibatches),
         ("device", "auto, cpu or cuda (a GPU)",
-         args.device in ["auto", "cpu"] or args.device == "cuda" and torch.cuda.is_available()),
+         args.device in ["auto", "cpu"] or (args.device == "cuda" and torch.cuda.is_available())),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
-         not args.gif or args.eval and os.path.isdir(os.path.dirname(args.gif) or ".")),
+         not args.gif or (bool(args.eval) and os.path.isdir(os.path.dirname(args.gif) or "."))),
         ("run_dir", f"new or empty ({hint})", args.resume or args.eval or is_new(args.run_dir))]
     rules += task_rules(args)  # last: it makes an env
     for name, must, ok in rules:  # the first rule broken ends it
@@ -567,7 +569,7 @@ def load_checkpoint(path):
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         if [ckpt["script"], ckpt["format"]] != [SCRIPT, FORMAT]:
             raise ValueError(ckpt["script"])
-    except Exception as e:  # sys.exit(text): exit 1
+    except Exception as e:  # sys.exit with a text exits 1
         sys.exit(f"error: {path}: not a {SCRIPT}.py checkpoint, format {FORMAT} ({e!r:.60})")
     return ckpt
 

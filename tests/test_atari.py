@@ -1,6 +1,4 @@
 """Checks of what only ppo_atari.py has, and short end-to-end runs of its command line."""
-import copy
-import functools
 import json
 
 import gymnasium as gym
@@ -156,145 +154,10 @@ def test_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch):
         calls.append([k[name].detach().clone() for name in names])
         return original(**k)
     monkeypatch.setattr(P, "ppo_loss", spy)
-    P.train(P.Args(total_timesteps=512, run_dir=str(tmp_path), num_envs=4, num_steps=64,
-                   cuda_graphs=False))  # eager, so that every minibatch calls ppo_loss
+    P.train(P.Args(total_timesteps=512, run_dir=str(tmp_path), num_envs=4, num_steps=64))
     assert len(calls) == 2 * 4 * 4  # 2 updates x 4 epochs x 4 minibatches
     for first in (calls[0], calls[16]):
         newlogprob, oldlogprob, _, newvalue, oldvalue = first
         torch.testing.assert_close(newlogprob, oldlogprob, rtol=0, atol=1e-5)
         torch.testing.assert_close(newvalue, oldvalue, rtol=0, atol=1e-5)
     assert not torch.allclose(calls[-1][0], calls[-1][1], rtol=0, atol=1e-7)  # later minibatches do move
-
-
-def tensors(outputs):
-    """The tensors of act's outputs (a tuple) or learn's (loss, a dict of stats), in order."""
-    return [t for x in outputs for t in (x.values() if isinstance(x, dict) else [x])]
-
-
-def stand_in(fn, *inputs):
-    """A stand-in for cuda_graph, so that the fast path's wiring is tested on any machine: as a CUDA graph's
-    replay runs the recorded work on what the recorded inputs hold then and writes the results into the
-    tensors the recording returned, its replay calls fn again and writes its results into the tensors of a
-    first call, which it returns."""
-    outputs = fn(*inputs)
-
-    def replay():
-        for old, new in zip(tensors(outputs), tensors(fn(*inputs))):
-            old.copy_(new)
-        return outputs
-    return replay
-
-
-def rollout_batch(args, device="cpu"):
-    """A made-up rollout of the shapes train() records: (num_steps, num_envs, ...) each."""
-    shape = (args.num_steps, args.num_envs)
-    batch = dict(obs=torch.randint(0, 256, shape + (4, 84, 84), dtype=torch.uint8),
-                 actions=torch.randint(0, 4, shape), logprobs=-torch.rand(shape) - 1,
-                 advantages=torch.randn(shape), returns=torch.randn(shape), values=torch.randn(shape))
-    return {k: x.to(device) for k, x in batch.items()}
-
-
-def the_fast_path_replays_what_the_eager_code_computes(device, tolerance):
-    """fast_path's act and learn against the eager functions, with new inputs and a new clip range at every
-    call: a replay that kept its recording's minibatch or clip range (a Python number is kept as recorded)
-    would give other losses, stats and gradients. The eager side runs on a twin of the agent: an eager
-    zero_grad() lets go of the gradient tensors a recording writes into, as train() never does after it."""
-    args = P.Args(num_envs=2, num_steps=16, num_minibatches=2)
-    torch.manual_seed(0)
-    agent = P.Agent(P.make_envs(args, 2), args).to(device, memory_format=torch.channels_last)
-    twin = copy.deepcopy(agent)
-    batch = rollout_batch(args, device)
-    learn = functools.partial(P.minibatch_loss, agent, args)
-    eager_learn = functools.partial(P.minibatch_loss, twin, args)
-    fast_act, fast_learn = P.fast_path(agent, args, batch, agent.get_action_and_value, learn)
-    assert fast_learn is not learn
-    rows = {k: x.flatten(0, 1) for k, x in batch.items()}
-    clipped = []
-    for clip_coef in [0.2, 0.01, 0.3]:
-        mb = {k: x[torch.randperm(32, device=device)[:16]] for k, x in rows.items()}
-        loss, stats = fast_learn(mb, clip_coef)
-        loss, stats = loss.clone(), {k: x.clone() for k, x in stats.items()}
-        grads = [p.grad.clone() for p in agent.parameters()]
-        eager_loss, eager_stats = eager_learn(mb, clip_coef)
-        torch.testing.assert_close(loss, eager_loss, rtol=tolerance, atol=tolerance)
-        for k in stats:
-            torch.testing.assert_close(stats[k], eager_stats[k], rtol=tolerance, atol=tolerance)
-        for g, p in zip(grads, twin.parameters()):
-            torch.testing.assert_close(g, p.grad, rtol=tolerance, atol=tolerance)
-        clipped.append(stats["clipfrac"].item())
-    assert clipped[1] > clipped[2]  # a clip range of 0.01 clips more than one of 0.3: the range was read
-    obs = rows["obs"][:2]
-    with torch.no_grad():
-        torch.manual_seed(1)
-        fast = [x.clone() for x in fast_act(obs)]
-        torch.manual_seed(1)
-        eager = twin.get_action_and_value(obs)
-    for a, b in zip(fast, eager):
-        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
-
-
-def test_the_fast_path_replays_what_the_eager_code_computes_with_a_stand_in_recording(monkeypatch):
-    monkeypatch.setattr(P, "cuda_graph", stand_in)
-    the_fast_path_replays_what_the_eager_code_computes("cpu", tolerance=0)
-
-
-def test_an_update_through_the_fast_path_logs_the_means_of_every_minibatch(monkeypatch):
-    # A replay returns the same output tensors every time, overwritten: update() must copy each minibatch's
-    # statistics before the next replay, or its means are the last minibatch's, repeated.
-    monkeypatch.setattr(P, "cuda_graph", stand_in)
-    args = P.Args(num_envs=2, num_steps=16, num_minibatches=4, update_epochs=2)
-    torch.manual_seed(0)
-    agent = P.Agent(P.make_envs(args, 2), args).to(memory_format=torch.channels_last)
-    twin = copy.deepcopy(agent)
-    batch = rollout_batch(args)
-    fast_act, fast_learn = P.fast_path(agent, args, batch, agent.get_action_and_value,
-                                       functools.partial(P.minibatch_loss, agent, args))
-    means = {}
-    for who, learn in [(agent, fast_learn), (twin, functools.partial(P.minibatch_loss, twin, args))]:
-        optimizer = torch.optim.Adam(who.parameters(), lr=1e-3, eps=1e-5)
-        torch.manual_seed(1)  # the same minibatches
-        means[who is agent] = P.update(learn, optimizer, args, batch, 0.1)
-    assert means[True] == means[False]
-    for k in agent.state_dict():
-        assert torch.equal(agent.state_dict()[k], twin.state_dict()[k]), k
-
-
-def test_a_recording_that_fails_leaves_the_run_eager_with_a_line(monkeypatch, capsys):
-    def failing(fn, *inputs):
-        raise RuntimeError("no graphs here")
-    monkeypatch.setattr(P, "cuda_graph", failing)
-    args = P.Args(num_envs=2, num_steps=16, num_minibatches=2)
-    agent = P.Agent(P.make_envs(args, 2), args)
-    learn = functools.partial(P.minibatch_loss, agent, args)
-    act, fast_learn = P.fast_path(agent, args, rollout_batch(args), agent.get_action_and_value, learn)
-    assert act == agent.get_action_and_value and fast_learn is learn
-    out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and "CUDA graphs failed" in out[0] and "no graphs here" in out[0]
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
-def test_the_fast_path_on_a_gpu(tmp_path, monkeypatch):
-    # The real recordings against the eager code, as above (TF32 is off: --torch-deterministic).
-    P.pick_device("cuda", True)
-    the_fast_path_replays_what_the_eager_code_computes("cuda", tolerance=1e-5)
-    # train() enters the fast path once, after its first update, and every later update replays: the first
-    # minibatch of each update recomputes the rollout's numbers (approx_kl under 5e-11, nothing clipped), and
-    # the clip range the replays read is the one the schedule sets in that update.
-    entered, firsts, fast_path = [], [], P.fast_path
-
-    def spying(agent, args, batch, act, learn):
-        fast_act, fast_learn = fast_path(agent, args, batch, act, learn)
-        entered.append(fast_learn is not learn)
-
-        def spy(mb, clip_coef):
-            loss, stats = fast_learn(mb, clip_coef)
-            firsts.append((clip_coef, stats["approx_kl"].item(), stats["clipfrac"].item()))
-            return loss, stats
-        return fast_act, spy
-    monkeypatch.setattr(P, "fast_path", spying)
-    P.train(P.Args(total_timesteps=1024, run_dir=str(tmp_path), num_envs=4, num_steps=64))
-    assert entered == [True] and len(firsts) == 3 * 16  # updates 2-4 replayed, 16 minibatches each
-    for clip_coef, approx_kl, clipfrac in firsts[::16]:
-        assert approx_kl < 5e-11 and clipfrac == 0
-    assert [c for c, _, _ in firsts[::16]] == pytest.approx([0.1 * f for f in (0.75, 0.5, 0.25)])

@@ -286,20 +286,25 @@ def test_a_resumed_run_draws_the_random_numbers_a_run_never_stopped_draws(name, 
 
 
 @pytest.mark.parametrize("name", list(ONE_ENV))
-def test_a_run_on_the_cpu_saves_no_cuda_generator_and_starts_no_cuda(name, tmp_path, monkeypatch):
-    # Reading CUDA's generators starts CUDA on the GPUs it reads: on a GPU machine a CPU run's first checkpoint
-    # would open a context on every GPU (and fail on one held by another process), and a checkpoint holding
-    # one state per GPU of its machine fails to load on a machine with fewer. Only a process that started
-    # CUDA (a GPU run) saves CUDA's generator, one state, its device's.
+def test_a_run_reads_no_cuda_generator_and_a_resume_seeds_cuda_anew(name, tmp_path, monkeypatch):
+    # Reading CUDA's generators starts CUDA on the GPUs it reads (on a GPU machine a CPU run's first checkpoint
+    # would open a context on every GPU), and a run saved on a CPU may go on on a GPU: a CUDA generator restored
+    # from such a checkpoint (none) or left at --seed replays the noise the run drew first. So no CUDA state is
+    # saved, and a resume seeds CUDA's generator anew, with the seed plus the steps done.
     def starts_cuda(*args, **kwargs):
-        raise AssertionError("a CPU run read CUDA's random-number generators")
+        raise AssertionError("a run read CUDA's random-number generators")
     monkeypatch.setattr(torch.cuda, "get_rng_state", starts_cuda)
     monkeypatch.setattr(torch.cuda, "get_rng_state_all", starts_cuda)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # as on a GPU machine, CUDA unused
+    seeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed", seeded.append)
     P = module(name)
-    P.train(P.parse_args([*ONE_ENV[name], "--total-timesteps", "64", "--run-dir", str(tmp_path)]))
+    argv = [*ONE_ENV[name], "--total-timesteps", "128", "--run-dir", str(tmp_path)]
+    stopped_after_the_first_update(P, argv, monkeypatch)
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-    assert ckpt["rng"]["cuda"] == [] and torch.equal(ckpt["rng"]["cpu"], torch.get_rng_state())
+    assert torch.equal(ckpt["rng"], torch.get_rng_state())
+    assert seeded == []
+    P.train(P.parse_args(["--resume", str(tmp_path)]))
+    assert seeded == [1 + 64]  # --seed 1, one update of 64 steps done
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
