@@ -60,7 +60,7 @@ class Args:  # --help shows the comment after each field
     clip_vloss: bool = True  # Clip the value loss too.
     vf_coef: float = 0.5  # Weight of the value loss.
     max_grad_norm: float = 0.5  # Largest gradient norm.
-    seed: int = 1  # Seed of torch and the games.
+    seed: int = 1  # Seed of torch and the games, at most 2**30.
     device: str = "auto"  # auto (CUDA if any), cpu or cuda.
     torch_deterministic: bool = True  # Deterministic cuDNN, no TF32.
     run_dir: str = ""  # The run's folder (default: runs/...).
@@ -80,7 +80,7 @@ def make_envs(args, num_envs, **overrides):
     # are max-pooled, for the sprites that flicker.
     # [atari-3] A lost life ends an episode for learning but
     # not the game; nothing presses FIRE after it, so the
-    # policy learns to. [atari-4] FIRE starts a new game.
+    # policy learns to press it. [atari-4] FIRE starts a game.
     # [atari-5] Frames grey and 84x84; [atari-7] the last 4
     # stacked, so that motion can be seen. [atari-6] Rewards
     # become their sign in train(), which logs true scores.
@@ -94,8 +94,8 @@ def make_envs(args, num_envs, **overrides):
         stack_num=4,  # [atari-7] the last 4 frames
         repeat_action_probability=0,  # no sticky actions
         max_num_frames_per_episode=args.max_episode_frames,
-        autoreset_mode="SameStep")  # train() says what it means
-    return AtariVectorEnv(rom_id(args.env_id), num_envs, **{**settings, **overrides})
+        autoreset_mode="SameStep")  # reset in the step a game ends
+    return AtariVectorEnv(rom_id(args.env_id), num_envs, **(settings | overrides))
 
 def layer_init(layer, std=2 ** 0.5):
     # [core-2] Orthogonal weights keep the signal's scale at first;
@@ -125,7 +125,7 @@ class Agent(nn.Module):
         x = x.to(torch.float32, memory_format=torch.channels_last)
         return self.network(x * (1 / 255))
 
-    @torch.no_grad()  # for the rollout only
+    @torch.no_grad()  # V for GAE: no gradients
     def get_value(self, x):
         return self.critic(self.features(x)).squeeze(-1)
 
@@ -174,11 +174,11 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 # Past 1-e or 1+e in the direction A favours, the clipped
 # term wins and its gradient is 0: nothing pushes the policy
 # further. Value clipping is not in the paper but in OpenAI's
-# code: V may move at most e from the rollout's V. For the
-# ratio e is relative; for V it is in the return's units, so
-# it suits returns of about 1 (clipped rewards, as here) and
-# holds back a critic whose returns are in the hundreds. e
-# anneals here [aux-1]: late in a run V too moves little.
+# code: past e from the rollout's V, the loss stops pulling V
+# on. For the ratio e is relative; for V it is in the return's
+# units, a small step where returns reach tens, as Breakout's
+# clipped rewards soon sum to. e anneals here [aux-1]: late in
+# a run the critic too moves little in an update.
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
@@ -214,8 +214,8 @@ def explained_variance(values, returns):
     return 1 - ratio.item() if ratio.isfinite() else math.nan
 
 def update(agent, optimizer, args, batch, clip_coef):
-    """Epochs of minibatch steps on a rollout -> each stat's mean
-    over every minibatch (CleanRL logs the last one's losses and KL)."""
+    """One update: epochs of minibatch steps. Returns each stat's
+    mean over every minibatch (CleanRL: the last one's losses, KL)."""
     batch = {k: x.flatten(0, 1) for k, x in batch.items()}
     stats = []
     for epoch in range(args.update_epochs):
@@ -271,6 +271,8 @@ def train(args):
     rewards = torch.zeros(shape, device=device)
     dones = np.zeros(shape, np.float32)
     # A resumed run starts new games, seeded past the earlier ones.
+    # ALE's seeds are 32-bit: --seed is at most 2**30 (parse_args),
+    # so the resets' seeds stay below 2**31 for 2**30 resets more.
     next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)
     next_done = np.zeros(args.num_envs, bool)
     with Run(args, num_iterations * batch_size, ckpt) as run:
@@ -292,7 +294,7 @@ def train(args):
                 next_obs, reward, term, trunc, info = envs.step(actions[step].cpu().numpy())
                 next_done = term | trunc
                 global_step += args.num_envs
-                rewards[step] = on_device(np.sign(reward))  # [atari-6]
+                rewards[step] = on_device(reward).sign()  # [atari-6]
                 run.episodes(global_step, reward, next_done, info)  # logs whole games
                 # A game cut by the frame cap was not lost: it would have
                 # gone on. The env has reset it (its last frames are in
@@ -304,10 +306,9 @@ def train(args):
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
                     rewards[step, cut] += args.gamma * agent.get_value(final_obs)
             # ---- 3. advantages
-            next_value = agent.get_value(on_device(next_obs))
-            advantages, returns = compute_gae(
-                rewards, values, on_device(dones),
-                next_value, on_device(next_done), args.gamma, args.gae_lambda)
+            advantages, returns = compute_gae(rewards, values, on_device(dones),
+                                              agent.get_value(on_device(next_obs)),
+                                              on_device(next_done), args.gamma, args.gae_lambda)
             # ---- 4. update
             batch = dict(obs=obs, actions=actions, logprobs=logprobs,
                          advantages=advantages, returns=returns, values=values)
@@ -324,7 +325,7 @@ def train(args):
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
 PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # --eval's own; the rest: the run's
-POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm"]
+ZERO_OK = ["ent_coef", "vf_coef", "seed", "save_interval", "gamma", "gae_lambda"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
@@ -353,23 +354,24 @@ def parse_args(argv=None):
         args.run_dir = folder or "."
     args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
     value = vars(args)  # each flag's, by name
-    sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"] + POSITIVE
-    rules += [(k, "positive", value[k] is None or 0 < value[k] < math.inf) for k in sizes]
-    rules += [(k, "within [0, 1]", 0 <= value[k] <= 1) for k in ["gamma", "gae_lambda"]]
-    rules += [(k, "0 or more", 0 <= value[k] < math.inf) for k in ["seed", "save_interval"]]
+    # Any other number is a size or a rate (None: a flag unset).
+    sizes = [k for k, x in value.items() if type(x) in [int, float] and k not in ZERO_OK]
+    rules += [(k, "in (0, 2**63)", 0 < value[k] < 2**63) for k in sizes]
+    rules += [(k, "in [0, 1]", 0 <= value[k] <= 1) for k in ["gamma", "gae_lambda"]]
+    rules += [(k, "in [0, 2**30]", 0 <= value[k] <= 2**30) for k in ZERO_OK]  # ALE's seeds
     batch = args.num_envs * args.num_steps
-    # A run that stopped before its first save left no checkpoint.
-    saved_run = os.path.isfile(f"{args.run_dir}/checkpoint.pt")
-    hint = f"to go on: --resume {args.run_dir}" if saved_run else "it holds no run to go on from"
+    hint = "it holds no run to go on from"
+    if os.path.isfile(f"{args.run_dir}/checkpoint.pt"):
+        hint = f"to go on: --resume {args.run_dir}"
     rules += [  # a minibatch needs 2 rows: 1 has no spread to normalize by
         ("num_minibatches", f"a divisor of {batch} up to {batch // 2}",
          batch % max(1, args.num_minibatches) == 0 and batch >= 2 * args.num_minibatches),
         ("device", "auto, cpu or cuda (a GPU)",
-         args.device in ["auto", "cpu"] or args.device == "cuda" and torch.cuda.is_available()),
-        ("env_id", "an ALE game, as Pong or ALE/Pong-v5", rom_id(args.env_id) is not None),
+         args.device in ["auto", "cpu"] or (args.device == "cuda" and torch.cuda.is_available())),
+        ("env_id", "an ALE game (Pong, ALE/Pong-v5)", rom_id(args.env_id) is not None),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
-         not args.gif or args.eval and os.path.isdir(os.path.dirname(args.gif) or ".")),
+         not args.gif or (args.eval and os.path.isdir(os.path.dirname(args.gif) or "."))),
         ("run_dir", f"new or empty ({hint})", args.resume or args.eval or is_new(args.run_dir))]
     for name, must, ok in rules:  # the first rule broken ends it
         if not ok:
@@ -385,8 +387,8 @@ def rom_id(env_id):
     """'breakout' for Breakout, BreakoutNoFrameskip-v4,
     ALE/Breakout-v5; None for no ALE game."""
     name = re.sub(r"(NoFrameskip|Deterministic)?(-v\d+)?$", "", env_id.split("/")[-1])
-    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()  # MsPacman: ms_pacman
-    return name if name in get_all_rom_ids() else None
+    ids = {rom.replace("_", ""): rom for rom in get_all_rom_ids()}  # mspacman: ms_pacman
+    return ids.get(name.lower().replace("_", ""))
 
 def pick_device(name, deterministic):
     # TF32 convolutions would put an update's first ratios (1 in
@@ -404,7 +406,7 @@ def load_checkpoint(path):
         if [ckpt["script"], ckpt["format"]] != [SCRIPT, FORMAT]:
             raise ValueError(ckpt["script"])
     except Exception as e:  # sys.exit with a text exits 1
-        sys.exit(f"error: {path}: not a {SCRIPT}.py checkpoint, format {FORMAT} ({e!r:.60})")
+        sys.exit(f"error: {path}: no {SCRIPT}.py checkpoint of format {FORMAT} ({e!r:.60})")
     return ckpt
 
 class Run(AbstractContextManager):  # with Run(...) as run
@@ -434,11 +436,13 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.logs = {}
         for name in ["updates.csv", "episodes.csv"]:
             path = f"{self.dir}/{name}"
-            # A resume cuts each CSV back to its checkpoint's length:
-            # later rows go, and a row cut short by a crash.
-            if ckpt and os.path.getsize(path) > ckpt["csv_sizes"][name]:
+            # A resume cuts each CSV back to its whole rows at the checkpoint
+            # (later ones go, and one a crash tore). Opened for appending, a
+            # file tells its length (and is made if it is gone).
+            if ckpt and open(path, "ab").tell() != ckpt["csv_sizes"][name]:
                 print(f"{path}: cut back to its length at the checkpoint")
-                os.truncate(path, ckpt["csv_sizes"][name])
+                text = open(path, "rb").read(ckpt["csv_sizes"][name])
+                open(path, "wb").write(text[:text.rfind(b"\n") + 1])  # whole rows
             self.logs[name] = open(path, "a", buffering=1)  # written line by line
         self.curve = ckpt.get("curve", [])  # each game's (step, score)
         self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
@@ -489,10 +493,9 @@ class Run(AbstractContextManager):  # with Run(...) as run
     def write(self, name, row):
         """A CSV row (a header first): 6 digits (of a float or
         a 0-d tensor), ints and strings whole."""
-        if self.logs[name].tell() == 0:
-            self.logs[name].write(",".join(row) + "\n")
+        header = ",".join(row) + "\n" if self.logs[name].tell() == 0 else ""
         text = [x if isinstance(x, (int, str)) else f"{x:.6g}" for x in row.values()]
-        self.logs[name].write(",".join(map(str, text)) + "\n")
+        self.logs[name].write(header + ",".join(map(str, text)) + "\n")
 
     def save(self, checkpoint=True):
         """The checkpoint (written aside, then renamed), curve.png."""
@@ -527,8 +530,9 @@ class Run(AbstractContextManager):  # with Run(...) as run
             sys.exit(128 + self.stop)
         if error is None:
             print(f"{self.dir}: score {self.shown_score()} (the last 20 episodes);"
-                  f" evaluate: python {SCRIPT}.py --eval {self.dir}")
+                  f" evaluate: python {sys.argv[0]} --eval {self.dir}")
 
+@torch.no_grad()
 def evaluate(args):
     """--eval: one game per env."""
     device = pick_device(args.device, args.torch_deterministic)
@@ -543,9 +547,8 @@ def evaluate(args):
     while not over.all():  # each has a frame cap
         if args.gif and not over[0]:
             frames.append(obs[0, -1].repeat(3, 0).repeat(3, 1))
-        with torch.no_grad():
-            x = torch.as_tensor(obs, device=device)
-            action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
+        x = torch.as_tensor(obs, device=device)
+        action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
         obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
         scores += reward * ~over  # games over score no more
         over |= term | trunc

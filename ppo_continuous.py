@@ -57,7 +57,7 @@ class Args:  # --help shows the comment after each field
     vf_coef: float = 0.5  # Weight of the value loss.
     max_grad_norm: float = 0.5  # Largest norm of the gradient.
     seed: int = 1  # Seed of torch and the envs.
-    device: str = "auto"  # auto (the CPU), cpu or cuda.
+    device: str = "auto"  # auto (the CPU: faster for these small networks), cpu or cuda.
     run_dir: str = ""  # The run's folder (default: runs/...).
     save_interval: float = 300.0  # Seconds between checkpoints.
     resume: str = ""  # Continue the run in this folder.
@@ -66,8 +66,7 @@ class Args:  # --help shows the comment after each field
     deterministic: bool = False  # Play the mean action (squashed, with --squash).
     gif: str = ""  # With --eval: write the first episode to this GIF.
 
-def make_envs(args, num_envs):
-    """num_envs copies of the task (train() says how they reset)."""
+def make_envs(args, num_envs):  # train() says how they reset
     # Drawing only for --gif: it slows some tasks down, and a
     # task of one's own need not take render_mode at all.
     settings = dict(render_mode="rgb_array") if args.gif else {}
@@ -144,7 +143,7 @@ class Agent(nn.Module):
         self.low = nn.Buffer(torch.tensor(space.low))
         self.high = nn.Buffer(torch.tensor(space.high))
 
-    @torch.no_grad()  # for the rollout only
+    @torch.no_grad()  # V for GAE: no gradients
     def get_value(self, x):
         return self.critic(self.obs_norm(x)).squeeze(-1)
 
@@ -178,7 +177,7 @@ class Agent(nn.Module):
         # infinite there). The entropy (logged, and the --ent-coef
         # bonus) is the Gaussian's: the squashed one has no closed
         # form. A wider Gaussian saturates more actions at a bound.
-        scale = (self.high - self.low) / 2
+        scale = self.high / 2 - self.low / 2  # (high - low) / 2, never inf
         log_jacobian = scale.log() + 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
         action = (self.low + scale * (torch.tanh(u) + 1)).clamp(self.low, self.high)
         return action, u, (logprob - log_jacobian).sum(1), entropy.sum(1), value
@@ -216,8 +215,8 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 # Past 1-e or 1+e in the direction A favours, the clipped
 # term wins and its gradient is 0: nothing pushes the policy
 # further. Value clipping is not in the paper but in OpenAI's
-# code: V may move at most e from the rollout's V, in the
-# return's units, which the scaled rewards keep near 1.
+# code: past e from the rollout's V (in the return's units, which
+# the scaled rewards keep near 1), the loss stops pulling V on.
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
@@ -253,8 +252,8 @@ def explained_variance(values, returns):
     return 1 - ratio.item() if ratio.isfinite() else math.nan
 
 def update(agent, optimizer, args, batch):
-    """Epochs of minibatch steps on a rollout -> each stat's mean
-    over every minibatch (CleanRL logs the last one's losses and KL)."""
+    """One update: epochs of minibatch steps. Returns each stat's
+    mean over every minibatch (CleanRL: the last one's losses, KL)."""
     batch = {k: x.flatten(0, 1) for k, x in batch.items()}
     stats = []
     for epoch in range(args.update_epochs):
@@ -374,7 +373,7 @@ def train(args):
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
 PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # --eval's own; the rest: the run's
-POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm"]
+ZERO_OK = ["ent_coef", "vf_coef", "seed", "save_interval", "gamma", "gae_lambda"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
@@ -403,12 +402,12 @@ def parse_args(argv=None):
         args.run_dir = folder or "."
     args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
     value = vars(args)  # each flag's, by name
-    sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"] + POSITIVE
-    rules += [(k, "positive", value[k] is None or 0 < value[k] < math.inf) for k in sizes]
-    rules += [(k, "within [0, 1]", 0 <= value[k] <= 1) for k in ["gamma", "gae_lambda"]]
-    rules += [(k, "0 or more", 0 <= value[k] < math.inf) for k in ["seed", "save_interval"]]
+    # Any other number is a size or a rate (None: a flag unset).
+    sizes = [k for k, x in value.items() if type(x) in [int, float] and k not in ZERO_OK]
+    rules += [(k, "in (0, 2**63)", 0 < value[k] < 2**63) for k in sizes]
+    rules += [(k, "in [0, 1]", 0 <= value[k] <= 1) for k in ["gamma", "gae_lambda"]]
+    rules += [(k, "in [0, 2**63)", 0 <= value[k] < 2**63) for k in ZERO_OK]
     batch = args.num_envs * args.num_steps
-    # A run that stopped before its first save left no checkpoint.
     hint = "it holds no run to go on from"
     if os.path.isfile(f"{args.run_dir}/checkpoint.pt"):
         hint = f"to go on: --resume {args.run_dir}"
@@ -419,7 +418,7 @@ def parse_args(argv=None):
          args.device in ["auto", "cpu"] or (args.device == "cuda" and torch.cuda.is_available())),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
-         not args.gif or (bool(args.eval) and os.path.isdir(os.path.dirname(args.gif) or "."))),
+         not args.gif or (args.eval and os.path.isdir(os.path.dirname(args.gif) or "."))),
         ("run_dir", f"new or empty ({hint})", args.resume or args.eval or is_new(args.run_dir))]
     rules += task_rules(args)  # last: it makes an env (and may cap episodes)
     for name, must, ok in rules:  # the first rule broken ends it
@@ -427,8 +426,7 @@ def parse_args(argv=None):
             parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
     return args
 
-def is_new(folder):
-    """An empty folder, or one not made yet (nor under a file)."""
+def is_new(folder):  # an empty folder, or one not made yet (nor under a file)
     if os.path.isdir(folder):
         return not os.listdir(folder)
     return not os.path.exists(folder) and not os.path.isfile(os.path.dirname(folder))
@@ -436,6 +434,7 @@ def is_new(folder):
 def task_rules(args):
     """Rules for --env-id and --squash, checked on an env. A
     task with no time limit gets one, said in a line at the start."""
+    sys.path.append(os.getcwd())  # module:id, from where the user is
     try:  # an id gymnasium knows, or module:id
         env = gym.make(args.env_id)
     except Exception as e:  # unknown, or an extra missing
@@ -466,7 +465,7 @@ def load_checkpoint(path):
         if [ckpt["script"], ckpt["format"]] != [SCRIPT, FORMAT]:
             raise ValueError(ckpt["script"])
     except Exception as e:  # sys.exit with a text exits 1
-        sys.exit(f"error: {path}: not a {SCRIPT}.py checkpoint, format {FORMAT} ({e!r:.60})")
+        sys.exit(f"error: {path}: no {SCRIPT}.py checkpoint of format {FORMAT} ({e!r:.60})")
     return ckpt
 
 class Run(AbstractContextManager):  # with Run(...) as run
@@ -496,11 +495,13 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.logs = {}
         for name in ["updates.csv", "episodes.csv"]:
             path = f"{self.dir}/{name}"
-            # A resume cuts each CSV back to its checkpoint's length:
-            # later rows go, and a row cut short by a crash.
-            if ckpt and os.path.getsize(path) > ckpt["csv_sizes"][name]:
+            # A resume cuts each CSV back to its whole rows at the checkpoint
+            # (later ones go, and one a crash tore). Opened for appending, a
+            # file tells its length (and is made if it is gone).
+            if ckpt and open(path, "ab").tell() != ckpt["csv_sizes"][name]:
                 print(f"{path}: cut back to its length at the checkpoint")
-                os.truncate(path, ckpt["csv_sizes"][name])
+                text = open(path, "rb").read(ckpt["csv_sizes"][name])
+                open(path, "wb").write(text[:text.rfind(b"\n") + 1])  # whole rows
             self.logs[name] = open(path, "a", buffering=1)  # written line by line
         self.curve = ckpt.get("curve", [])  # each episode's (step, return)
         self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
@@ -543,10 +544,9 @@ class Run(AbstractContextManager):  # with Run(...) as run
     def write(self, name, row):
         """A CSV row (a header first): 6 digits (of a float or
         a 0-d tensor), ints and strings whole."""
-        if self.logs[name].tell() == 0:
-            self.logs[name].write(",".join(row) + "\n")
+        header = ",".join(row) + "\n" if self.logs[name].tell() == 0 else ""
         text = [x if isinstance(x, (int, str)) else f"{x:.6g}" for x in row.values()]
-        self.logs[name].write(",".join(map(str, text)) + "\n")
+        self.logs[name].write(header + ",".join(map(str, text)) + "\n")
 
     def save(self, checkpoint=True):
         """The checkpoint (written aside, then renamed), curve.png."""
@@ -581,7 +581,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
             sys.exit(128 + self.stop)
         if error is None:
             print(f"{self.dir}: score {self.shown_score()} (the last 20 episodes);"
-                  f" evaluate: python {SCRIPT}.py --eval {self.dir}")
+                  f" evaluate: python {sys.argv[0]} --eval {self.dir}")
 
 @torch.no_grad()
 def evaluate(args):

@@ -75,7 +75,7 @@ class Args:  # --help shows the comment after each field
     evo_steps: int = 10_240  # A member's steps per generation.
     tournament_size: int = 2  # Members per tournament.
     evolve: bool = True  # Copy and mutate the fittest (--no-evolve: the control, no copies).
-    target: float = None  # Fitness to stop at (default: the task's).
+    target: float = None  # Fitness to stop at (default: the task's threshold, if any).
     num_minibatches: int = 4  # Minibatches per epoch.
     update_epochs: int = 4  # Passes over each rollout.
     gamma: float = 0.99  # Discount factor.
@@ -85,7 +85,6 @@ class Args:  # --help shows the comment after each field
     max_grad_norm: float = 0.5  # Largest norm of the gradient.
     seed: int = 1  # Seed of members, envs, evolution.
     workers: int = None  # Members trained side by side (default: cores, up to pop_size).
-    device: str = "auto"  # auto (the CPU), cpu or cuda.
     run_dir: str = ""  # The run's folder (default: runs/...).
     save_interval: float = 300.0  # Seconds between checkpoints.
     resume: str = ""  # Continue the run in this folder.
@@ -94,8 +93,7 @@ class Args:  # --help shows the comment after each field
     deterministic: bool = False  # Play the likeliest action (fitness games too).
     gif: str = ""  # With --eval: write the first episode to this GIF.
 
-def make_envs(args, num_envs):
-    """num_envs copies of the task (train() says how they reset)."""
+def make_envs(args, num_envs):  # train() says how they reset
     # Drawing only for --gif: it slows some tasks down, and a
     # task of one's own need not take render_mode at all.
     settings = dict(render_mode="rgb_array") if args.gif else {}
@@ -164,7 +162,7 @@ class Agent(nn.Module):
             # but the same in every state; -0.5 at first.
             self.actor_logstd = nn.Parameter(torch.full(self.space.shape, -0.5))
 
-    @torch.no_grad()  # for the rollout only
+    @torch.no_grad()  # V for GAE: no gradients
     def get_value(self, x):
         return self.critic(x).squeeze(-1)
 
@@ -210,9 +208,9 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 # Past 1-e or 1+e in the direction A favours, the clipped
 # term wins and its gradient is 0: nothing pushes the policy
 # further. Value clipping is not in the paper but in OpenAI's
-# code: V may move at most e from the rollout's V, in the
-# return's units. The rewards are not scaled here: where returns
-# reach 100 (CartPole), V moves 0.1-0.3 an update at most.
+# code: past e from the rollout's V, in the return's units, the
+# loss stops pulling V on. The rewards are not scaled here: where
+# returns reach 100 (CartPole), 0.1-0.3 is a small step.
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
@@ -248,8 +246,8 @@ def explained_variance(values, returns):
     return 1 - ratio.item() if ratio.isfinite() else math.nan
 
 def update(agent, optimizer, args, batch):
-    """Epochs of minibatch steps on a rollout -> each stat's mean
-    over every minibatch (CleanRL logs the last one's losses and KL)."""
+    """One update: epochs of minibatch steps. Returns each stat's
+    mean over every minibatch (CleanRL: the last one's losses, KL)."""
     batch = {k: x.flatten(0, 1) for k, x in batch.items()}
     stats = []
     for epoch in range(args.update_epochs):
@@ -285,9 +283,9 @@ def update(agent, optimizer, args, batch):
 # and its agent's and Adam's state dicts as the bytes torch.save
 # writes (None until it trains). Bytes cross processes holding
 # no open file (a tensor sent is shared memory, a file each).
-def build(member, envs, args, device):
+def build(member, envs, args):
     """The member's agent and Adam, loaded from its state."""
-    agent = Agent(envs, args).to(device)
+    agent = Agent(envs, args)
     # [core-3] Adam's eps is 1e-5 as in OpenAI's code (torch's: 1e-8).
     optimizer = torch.optim.Adam(agent.parameters(), eps=1e-5)
     # A copy inherits its parent's weights and Adam's moments.
@@ -310,20 +308,23 @@ def train_member(member, global_step, args, generation, games, run_start):
     seeds = np.random.SeedSequence([args.seed, generation, member["id"]])
     seed = int(seeds.generate_state(1)[0])
     torch.manual_seed(seed)
-    device = pick_device(args.device)
+    # The members train on the CPU, one torch thread each: these
+    # small networks ran slower on a GPU (README.md), and the
+    # workers, side by side, fill the cores.
+    torch.set_num_threads(1)
     envs = make_envs(args, args.num_envs)  # new: unfinished episodes go unlogged
-    agent, optimizer = build(member, envs, args, device)
+    agent, optimizer = build(member, envs, args)
     # The PPO below reads the member's hyperparameters from args, as flags.
     args = argparse.Namespace(**vars(args), **member["hparams"])
     log = Log(run_start)  # rows for the run's writer
     # The rollout, (num_steps, num_envs, ...) each.
     shape = (args.num_steps, args.num_envs)
-    on_device = partial(torch.as_tensor, dtype=torch.float32, device=device)
-    obs = torch.zeros(shape + envs.single_observation_space.shape, device=device)
-    actions = torch.zeros(shape + envs.single_action_space.shape, device=device)
-    logprobs = torch.zeros(shape, device=device)
-    values = torch.zeros(shape, device=device)
-    bootstraps = torch.zeros(shape, device=device)  # of episodes cut (below)
+    as_float = partial(torch.as_tensor, dtype=torch.float32)
+    obs = torch.zeros(shape + envs.single_observation_space.shape)
+    actions = torch.zeros(shape + envs.single_action_space.shape)
+    logprobs = torch.zeros(shape)
+    values = torch.zeros(shape)
+    bootstraps = torch.zeros(shape)  # of episodes cut (below)
     rewards = np.zeros(shape, np.float32)
     dones = np.zeros(shape, np.float32)
     next_obs, _ = envs.reset(seed=seed)
@@ -332,7 +333,7 @@ def train_member(member, global_step, args, generation, games, run_start):
         # ---- 2. rollout
         bootstraps.zero_()
         for step in range(args.num_steps):
-            obs[step] = on_device(next_obs)
+            obs[step] = as_float(next_obs)
             dones[step] = next_done
             with torch.no_grad():  # the rollout only acts
                 acted = agent.get_action_and_value(obs[step])  # a, log pi(a), H, V
@@ -349,12 +350,12 @@ def train_member(member, global_step, args, generation, games, run_start):
             # gamma V(the cut one's last obs) joins that step's reward.
             cut = trunc & ~term
             if cut.any():
-                final_obs = on_device(np.stack(info["final_obs"][cut]))
+                final_obs = as_float(np.stack(info["final_obs"][cut]))
                 bootstraps[step, cut] = args.gamma * agent.get_value(final_obs)
         # ---- 3. advantages
-        advantages, returns = compute_gae(on_device(rewards) + bootstraps, values, on_device(dones),
-                                          agent.get_value(on_device(next_obs)),
-                                          on_device(next_done), args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(as_float(rewards) + bootstraps, values, as_float(dones),
+                                          agent.get_value(as_float(next_obs)),
+                                          as_float(next_done), args.gamma, args.gae_lambda)
         # ---- 4. update
         means = update(agent, optimizer, args, dict(obs=obs, actions=actions, logprobs=logprobs,
                        advantages=advantages, returns=returns, values=values))
@@ -365,9 +366,9 @@ def train_member(member, global_step, args, generation, games, run_start):
                    clip_coef=args.clip_coef, **means,
                    explained_variance=explained_variance(values, returns), member=member["id"])
     envs.close()
-    scores, lengths = play(agent, args, games, device)  # its fitness: their mean
+    scores, lengths = play(agent, args, games)  # its fitness: their mean
     state = io.BytesIO()
-    weights = dict(model=agent.cpu().state_dict(), adam=optimizer.state_dict())
+    weights = dict(model=agent.state_dict(), adam=optimizer.state_dict())
     torch.save(weights, state)
     member = dict(member, state=state.getvalue(), fitness=float(scores.mean()))
     log.rows["population"].append(dict(
@@ -377,7 +378,7 @@ def train_member(member, global_step, args, generation, games, run_start):
     return member, log.rows
 
 @torch.no_grad()  # no learning: play only acts
-def play(agent, args, seeds, device):
+def play(agent, args, seeds):
     """An episode from each seed -> returns, lengths; --gif."""
     envs = make_envs(args, len(seeds))
     obs, _ = envs.reset(seed=list(seeds))
@@ -387,7 +388,7 @@ def play(agent, args, seeds, device):
     while not over.all():  # each has a time limit
         if args.gif and not over[0]:
             frames.append(envs.unwrapped.envs[0].render())
-        x = torch.as_tensor(obs, dtype=torch.float32, device=device)
+        x = torch.as_tensor(obs, dtype=torch.float32)
         action = agent.get_action_and_value(x, greedy=args.deterministic)[0]
         obs, reward, term, trunc, _ = envs.step(to_env(envs.single_action_space, action))
         totals[0] += reward * ~over  # episodes over score no more
@@ -443,9 +444,10 @@ def train(args):
     global_step = ckpt.get("global_step", 0)  # all members'
     best = ckpt.get("best", population[0])  # -inf until scored
     total = math.ceil(args.total_timesteps / steps) * steps
+    target = math.inf if args.target is None else args.target  # none: train it all
     with Run(args, total, ckpt) as run:
         while (global_step < total and not run.stop
-               and fittest(population)["fitness"] < args.target):
+               and fittest(population)["fitness"] < target):
             generation = global_step // steps
             # ---- 7. selection and mutation, on the last generation's scores
             if args.evolve and generation:
@@ -468,10 +470,12 @@ def train(args):
             best = fittest([best, *population])
             run.log_generation(dict(population=population, global_step=global_step, best=best,
                                     fitness_seeds=[args.seed + args.eval_episodes, games.stop]))
+        if fittest(population)["fitness"] >= target:  # the bar stops short
+            tqdm.write(f"--target {target} reached: stopped after {global_step:,} steps")
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
 PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # set by --eval; others: the checkpoint's
-POSITIVE = ["max_grad_norm"]
+ZERO_OK = ["vf_coef", "seed", "save_interval", "gamma"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
@@ -491,7 +495,7 @@ def parse_args(argv=None):
     if args.resume or args.eval:
         # A run goes on, or plays, with the arguments it began with.
         saved = load_checkpoint(args.resume or args.eval)["args"]
-        own = {"resume", "eval", "device", "workers"} | (PLAY if args.eval else set())
+        own = {"resume", "eval", "workers"} | (PLAY if args.eval else set())
         must = "the checkpoint's, {} (a finished run is not extended)"
         rules = [(k, must.format(saved.get(k)), given[k] == saved.get(k)) for k in set(given) - own]
         args = replace(Args(**saved), **{name: getattr(args, name) for name in own})
@@ -503,23 +507,23 @@ def parse_args(argv=None):
     if args.workers is None:  # the machine's cores, one a member at most
         args.workers = min(os.cpu_count(), args.pop_size)
     value = vars(args)  # each flag's, by name
-    sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"] + POSITIVE
-    rules += [(k, "positive", value[k] is None or 0 < value[k] < math.inf) for k in sizes]
-    rules += [(k, "0 or more", 0 <= value[k] < math.inf) for k in ["seed", "save_interval"]]
+    # Any other number but the target is a size (None: unset).
+    sizes = [k for k, x in value.items() if type(x) in [int, float] and k not in ZERO_OK]
+    rules += [(k, "in (0, 2**63)", 0 < value[k] < 2**63) for k in sizes if k != "target"]
+    rules += [(k, "in [0, 2**63)", 0 <= value[k] < 2**63) for k in ZERO_OK]
     batch = args.num_envs * args.num_steps
-    # A run that stopped before its first save left no checkpoint.
     hint = "it holds no run to go on from"
     if os.path.isfile(f"{args.run_dir}/checkpoint.pt"):
         hint = f"to go on: --resume {args.run_dir}"
     rules += [  # a minibatch needs 2 rows: 1 has no spread to normalize by
-        ("gamma", "within [0, 1]", 0 <= args.gamma <= 1),
+        ("gamma", "in [0, 1]", 0 <= args.gamma <= 1),
+        ("target", "a finite fitness", args.target is None or math.isfinite(args.target)),
+        ("workers", f"at most --pop-size ({args.pop_size})", args.workers <= args.pop_size),
         ("num_minibatches", f"a divisor of {batch} up to {batch // 2}",
          batch % max(1, args.num_minibatches) == 0 and batch >= 2 * args.num_minibatches),
-        ("device", "auto, cpu or cuda (a GPU)",
-         args.device in ["auto", "cpu"] or (args.device == "cuda" and torch.cuda.is_available())),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
-         not args.gif or (bool(args.eval) and os.path.isdir(os.path.dirname(args.gif) or "."))),
+         not args.gif or (args.eval and os.path.isdir(os.path.dirname(args.gif) or "."))),
         ("run_dir", f"new or empty ({hint})", args.resume or args.eval or is_new(args.run_dir))]
     rules += task_rules(args)  # last: it makes an env
     for name, must, ok in rules:  # the first rule broken ends it
@@ -527,8 +531,7 @@ def parse_args(argv=None):
             parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
     return args
 
-def is_new(folder):
-    """An empty folder, or one not made yet (nor under a file)."""
+def is_new(folder):  # an empty folder, or one not made yet (nor under a file)
     if os.path.isdir(folder):
         return not os.listdir(folder)
     return not os.path.exists(folder) and not os.path.isfile(os.path.dirname(folder))
@@ -538,6 +541,7 @@ def task_rules(args):
     time limit gets one, said in a line at the start; --target
     is by default the task's reward threshold."""
     spaces = (Discrete, MultiDiscrete, MultiBinary, Box)
+    sys.path.append(os.getcwd())  # module:id, from where the user is
     try:  # an id gymnasium knows, or module:id
         env = gym.make(args.env_id)
     except Exception as e:  # unknown, or an extra missing
@@ -546,21 +550,15 @@ def task_rules(args):
     if env.spec.max_episode_steps is None and args.max_episode_steps is None:
         args.max_episode_steps = 1000
         print(f"{args.env_id} has no time limit: --max-episode-steps 1,000")
-    threshold = env.spec.reward_threshold  # the task's own bar, or None
-    if args.target is None:
-        args.target = math.inf if threshold is None else threshold
+    if args.target is None:  # the task's own bar, if it has one
+        args.target = env.spec.reward_threshold
     obs_space = env.observation_space
-    names = ", ".join(s.__name__ for s in spaces)
+    space = env.action_space  # Discrete: a number; the others: vectors
+    names = "Discrete, MultiDiscrete, MultiBinary or Box"
     return [("env_id", f"a task with a flat Box observation, not {obs_space}",
              isinstance(obs_space, Box) and len(obs_space.shape) == 1),
-            ("env_id", f"a task with {names} actions, not {env.action_space}",
-             isinstance(env.action_space, spaces) and len(env.action_space.shape) <= 1)]
-
-def pick_device(name):
-    # One torch thread: these small networks run faster so,
-    # and runs side by side do not fight (README.md).
-    torch.set_num_threads(1)
-    return torch.device("cpu" if name == "auto" else name)
+            ("env_id", f"a task with {names} actions of one axis, not {space}",
+             isinstance(space, spaces) and (isinstance(space, Discrete) or len(space.shape) == 1))]
 
 def load_checkpoint(path):
     """The checkpoint at path or in that folder, or exit 1."""
@@ -570,7 +568,7 @@ def load_checkpoint(path):
         if [ckpt["script"], ckpt["format"]] != [SCRIPT, FORMAT]:
             raise ValueError(ckpt["script"])
     except Exception as e:  # sys.exit with a text exits 1
-        sys.exit(f"error: {path}: not a {SCRIPT}.py checkpoint, format {FORMAT} ({e!r:.60})")
+        sys.exit(f"error: {path}: no {SCRIPT}.py checkpoint of format {FORMAT} ({e!r:.60})")
     return ckpt
 
 class Run(AbstractContextManager):  # with Run(...) as run
@@ -595,11 +593,13 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.logs = {}
         for name in ["episodes.csv", "updates.csv", "population.csv"]:
             path = f"{self.dir}/{name}"
-            # A resume cuts each CSV back to its checkpoint's length:
-            # later rows go, and a row cut short by a crash.
-            if ckpt and os.path.getsize(path) > ckpt["csv_sizes"][name]:
+            # A resume cuts each CSV back to its whole rows at the checkpoint
+            # (later ones go, and one a crash tore). Opened for appending, a
+            # file tells its length (and is made if it is gone).
+            if ckpt and open(path, "ab").tell() != ckpt["csv_sizes"][name]:
                 print(f"{path}: cut back to its length at the checkpoint")
-                os.truncate(path, ckpt["csv_sizes"][name])
+                text = open(path, "rb").read(ckpt["csv_sizes"][name])
+                open(path, "wb").write(text[:text.rfind(b"\n") + 1])  # whole rows
             self.logs[name] = open(path, "a", buffering=1)  # written line by line
         self.curve = ckpt.get("curve", [])  # each member's (step, fitness)
         self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
@@ -641,10 +641,9 @@ class Run(AbstractContextManager):  # with Run(...) as run
     def write(self, name, row):
         """A CSV row (a header first): 6 digits (of a float or
         a 0-d tensor), ints and strings whole."""
-        if self.logs[name].tell() == 0:
-            self.logs[name].write(",".join(row) + "\n")
+        header = ",".join(row) + "\n" if self.logs[name].tell() == 0 else ""
         text = [x if isinstance(x, (int, str)) else f"{x:.6g}" for x in row.values()]
-        self.logs[name].write(",".join(map(str, text)) + "\n")
+        self.logs[name].write(header + ",".join(map(str, text)) + "\n")
 
     def save(self, checkpoint=True):
         """The checkpoint (written aside, then renamed), curve.png."""
@@ -682,7 +681,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
         print(f"{self.dir}: best fitness {self.shown_score()} (the luckiest);"
-              f" on new games: python {SCRIPT}.py --eval {self.dir} --eval-episodes 100")
+              f" on new games: python {sys.argv[0]} --eval {self.dir} --eval-episodes 100")
 
 def start_worker():
     """A worker leaves Ctrl-C and SIGTERM to the parent (which
@@ -720,16 +719,16 @@ class Log:
 def evaluate(args):
     """--eval: the fittest member, an episode from each of the
     first seeds from --seed on that no fitness game played."""
-    device = pick_device(args.device)
+    torch.set_num_threads(1)  # as in the workers
     torch.manual_seed(args.seed)
     ckpt = load_checkpoint(args.eval)
     played = range(*ckpt["fitness_seeds"])  # one block
     enough = range(args.seed, args.seed + len(played) + args.eval_episodes)
     seeds = [s for s in enough if s not in played]
     envs = make_envs(args, 1)  # for the agent's sizes
-    agent = build(ckpt["best"], envs, args, device)[0]
+    agent = build(ckpt["best"], envs, args)[0]
     envs.close()
-    scores = play(agent, args, seeds[:args.eval_episodes], device)[0]
+    scores = play(agent, args, seeds[:args.eval_episodes])[0]
     spread = f"{scores.mean():.1f} +- {scores.std():.1f}"
     print(f"member {ckpt['best']['id']}, {len(scores)} episodes: {spread}")
     return scores

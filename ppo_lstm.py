@@ -63,7 +63,7 @@ class Args:  # --help shows the comment after each field
     vf_coef: float = 0.5  # Weight of the value loss.
     max_grad_norm: float = 0.5  # Largest gradient norm.
     seed: int = 1  # Seed of torch and the envs.
-    device: str = "auto"  # auto (the CPU), cpu or cuda.
+    device: str = "auto"  # auto (the CPU: faster for these small networks), cpu or cuda.
     run_dir: str = ""  # The run's folder (default: runs/...).
     save_interval: float = 300.0  # Seconds between saves.
     resume: str = ""  # Continue the run in this folder.
@@ -72,8 +72,7 @@ class Args:  # --help shows the comment after each field
     deterministic: bool = False  # Play the likeliest action.
     gif: str = ""  # With --eval: a GIF of the first episode.
 
-def make_envs(args, num_envs):
-    """num_envs copies of the task (train() says how they reset)."""
+def make_envs(args, num_envs):  # train() says how they reset
     # Drawing only for --gif: it slows some tasks down, and a
     # task of one's own need not take render_mode at all.
     settings = dict(render_mode="rgb_array") if args.gif else {}
@@ -163,11 +162,10 @@ class Memory(nn.Module):
     def forward(self, x, state, done):
         """x: (T, B, 64) from state (h, c); done: (T, B), 1 where
         an episode starts. -> (T * B, out), the state after."""
-        # [lstm-3] The state is zeroed where an episode starts,
-        # and only there: at a rollout's start the state goes on.
-        # Step by step: state * (1 - done[t]) into the LSTM's step on
-        # x[t]. The same, faster: one LSTM call per stretch of steps,
-        # from each step where some env starts an episode (and 0).
+        # [lstm-3] The state is zeroed where an episode starts, and only
+        # there: at a rollout's start it goes on. Step by step, the LSTM
+        # steps on x[t] from state * (1 - done[t]); the same, faster: one
+        # call per stretch from each step where some env starts one (and 0).
         starts = [t for t in range(len(x)) if t == 0 or done[t].any()]
         outputs = []
         for start, end in zip(starts, starts[1:] + [len(x)]):
@@ -211,7 +209,7 @@ class Agent(nn.Module):
         self.return_norm.update(discounted.reshape(-1))
         return (rewards / (self.return_norm.var.float() + 1e-8).sqrt()).clamp(-10, 10)
 
-    @torch.no_grad()  # for the rollout only
+    @torch.no_grad()  # V for GAE: no gradients
     def get_value(self, x, state):
         """V of x (B, obs_size), one step on from the critic's
         state, as if the episode went on (GAE drops V where it ended)."""
@@ -269,8 +267,8 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 # Past 1-e or 1+e in the direction A favours, the clipped
 # term wins and its gradient is 0: nothing pushes the policy
 # further. Value clipping is not in the paper but in OpenAI's
-# code: V may move at most e from the rollout's V, in the
-# return's units, which the scaled rewards keep near 1.
+# code: past e from the rollout's V (in the return's units, which
+# the scaled rewards keep near 1), the loss stops pulling V on.
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
@@ -306,8 +304,8 @@ def explained_variance(values, returns):
     return 1 - ratio.item() if ratio.isfinite() else math.nan
 
 def update(agent, optimizer, args, first, batch):
-    """Epochs of minibatch steps on a rollout -> each stat's mean
-    over every minibatch (CleanRL logs the last one's losses and KL).
+    """One update: epochs of minibatch steps. Returns each stat's
+    mean over every minibatch (CleanRL: the last one's losses, KL).
     first: the actor's and critic's states at its start."""
     stats = []
     for epoch in range(args.update_epochs):
@@ -440,7 +438,7 @@ def train(args):
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
 PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # set by --eval; others: the checkpoint's
-POSITIVE = ["learning_rate", "clip_coef", "max_grad_norm"]
+ZERO_OK = ["ent_coef", "vf_coef", "seed", "save_interval", "gamma", "gae_lambda"]
 
 def parse_args(argv=None):
     """Args from the command line or, with --resume or --eval,
@@ -474,13 +472,13 @@ def parse_args(argv=None):
         cartpole = args.env_id in ["CartPole-v0", "CartPole-v1"]
         args.mask = "1,3" if cartpole else "none"
     value = vars(args)  # each flag's, by name
-    sizes = [f.name for f in fields(Args) if f.type is int and f.name != "seed"] + POSITIVE
-    rules += [(k, "positive", value[k] is None or 0 < value[k] < math.inf) for k in sizes]
-    rules += [(k, "within [0, 1]", 0 <= value[k] <= 1) for k in ["gamma", "gae_lambda"]]
-    rules += [(k, "0 or more", 0 <= value[k] < math.inf) for k in ["seed", "save_interval"]]
+    # Any other number is a size or a rate (None: a flag unset).
+    sizes = [k for k, x in value.items() if type(x) in [int, float] and k not in ZERO_OK]
+    rules += [(k, "in (0, 2**63)", 0 < value[k] < 2**63) for k in sizes]
+    rules += [(k, "in [0, 1]", 0 <= value[k] <= 1) for k in ["gamma", "gae_lambda"]]
+    rules += [(k, "in [0, 2**63)", 0 <= value[k] < 2**63) for k in ZERO_OK]
     batch = args.num_envs * args.num_steps
     minibatches = max(1, args.num_minibatches)  # 0 is refused above
-    # A run that stopped before its first save left no checkpoint.
     hint = "it holds no run to go on from"
     if os.path.isfile(f"{args.run_dir}/checkpoint.pt"):
         hint = f"to go on: --resume {args.run_dir}"
@@ -491,7 +489,7 @@ def parse_args(argv=None):
          args.device in ["auto", "cpu"] or (args.device == "cuda" and torch.cuda.is_available())),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
-         not args.gif or (bool(args.eval) and os.path.isdir(os.path.dirname(args.gif) or "."))),
+         not args.gif or (args.eval and os.path.isdir(os.path.dirname(args.gif) or "."))),
         ("run_dir", f"new or empty ({hint})", args.resume or args.eval or is_new(args.run_dir))]
     rules += task_rules(args)  # last: it makes an env
     for name, must, ok in rules:  # the first rule broken ends it
@@ -499,17 +497,15 @@ def parse_args(argv=None):
             parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
     return args
 
-def is_new(folder):
-    """An empty folder, or one not made yet (nor under a file)."""
+def is_new(folder):  # an empty folder, or one not made yet (nor under a file)
     if os.path.isdir(folder):
         return not os.listdir(folder)
     return not os.path.exists(folder) and not os.path.isfile(os.path.dirname(folder))
 
-SPACES = (Discrete, MultiDiscrete, MultiBinary, Box)
-
 def task_rules(args):
     """Rules for --env-id and --mask, checked on an env. A task
     with no time limit gets one, said in a line at the start."""
+    sys.path.append(os.getcwd())  # module:id, from where the user is
     try:  # an id gymnasium knows, or module:id
         env = gym.make(args.env_id)
     except Exception as e:  # unknown, or an extra missing
@@ -519,15 +515,17 @@ def task_rules(args):
         args.max_episode_steps = 1000
         print(f"{args.env_id} has no time limit: --max-episode-steps 1,000")
     obs_space = env.observation_space
-    names = ", ".join(s.__name__ for s in SPACES)
+    space = env.action_space  # Discrete: a number; the others: vectors
+    spaces = (Discrete, MultiDiscrete, MultiBinary, Box)
+    names = "Discrete, MultiDiscrete, MultiBinary or Box"
     flat = isinstance(obs_space, Box) and len(obs_space.shape) == 1
     size = obs_space.shape[0] if flat else 0
     indices = set(map(str, range(size)))  # the observation's, as --mask names them
     return [("env_id", f"a task with a flat Box observation, not {obs_space}", flat),
-            ("env_id", f"a task with {names} actions, not {env.action_space}",
-             isinstance(env.action_space, SPACES) and len(env.action_space.shape) <= 1),
-            ("mask", f"none or indices 0 to {size - 1}",
-             args.mask == "none" or set(args.mask.split(",")) <= indices)]
+            ("env_id", f"a task with {names} actions of one axis, not {space}",
+             isinstance(space, spaces) and (isinstance(space, Discrete) or len(space.shape) == 1)),
+            ("mask", f"none, or some (not all) of the indices 0 to {size - 1}",
+             args.mask == "none" or set(args.mask.split(",")) < indices)]
 
 def pick_device(name):
     # One torch thread: these small networks run faster so,
@@ -543,7 +541,7 @@ def load_checkpoint(path):
         if [ckpt["script"], ckpt["format"]] != [SCRIPT, FORMAT]:
             raise ValueError(ckpt["script"])
     except Exception as e:  # sys.exit with a text exits 1
-        sys.exit(f"error: {path}: not a {SCRIPT}.py checkpoint, format {FORMAT} ({e!r:.60})")
+        sys.exit(f"error: {path}: no {SCRIPT}.py checkpoint of format {FORMAT} ({e!r:.60})")
     return ckpt
 
 class Run(AbstractContextManager):  # with Run(...) as run
@@ -573,11 +571,13 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.logs = {}
         for name in ["updates.csv", "episodes.csv"]:
             path = f"{self.dir}/{name}"
-            # A resume cuts each CSV back to its checkpoint's length:
-            # later rows go, and a row cut short by a crash.
-            if ckpt and os.path.getsize(path) > ckpt["csv_sizes"][name]:
+            # A resume cuts each CSV back to its whole rows at the checkpoint
+            # (later ones go, and one a crash tore). Opened for appending, a
+            # file tells its length (and is made if it is gone).
+            if ckpt and open(path, "ab").tell() != ckpt["csv_sizes"][name]:
                 print(f"{path}: cut back to its length at the checkpoint")
-                os.truncate(path, ckpt["csv_sizes"][name])
+                text = open(path, "rb").read(ckpt["csv_sizes"][name])
+                open(path, "wb").write(text[:text.rfind(b"\n") + 1])  # whole rows
             self.logs[name] = open(path, "a", buffering=1)  # written line by line
         self.curve = ckpt.get("curve", [])  # each episode's (step, return)
         self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
@@ -620,10 +620,9 @@ class Run(AbstractContextManager):  # with Run(...) as run
     def write(self, name, row):
         """A CSV row (a header first): 6 digits (of a float or
         a 0-d tensor), ints and strings whole."""
-        if self.logs[name].tell() == 0:
-            self.logs[name].write(",".join(row) + "\n")
+        header = ",".join(row) + "\n" if self.logs[name].tell() == 0 else ""
         text = [x if isinstance(x, (int, str)) else f"{x:.6g}" for x in row.values()]
-        self.logs[name].write(",".join(map(str, text)) + "\n")
+        self.logs[name].write(header + ",".join(map(str, text)) + "\n")
 
     def save(self, checkpoint=True):
         """The checkpoint (written aside, then renamed), curve.png."""
@@ -658,7 +657,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
             sys.exit(128 + self.stop)
         if error is None:
             print(f"{self.dir}: score {self.shown_score()} (the last 20 episodes);"
-                  f" evaluate: python {SCRIPT}.py --eval {self.dir}")
+                  f" evaluate: python {sys.argv[0]} --eval {self.dir}")
 
 @torch.no_grad()
 def evaluate(args):

@@ -52,6 +52,13 @@ BAD = [
     (["--learning-rate", "inf"], "--learning-rate"),
     (["--target-kl", "-1"], "--target-kl"),
     (["--save-interval", "-5"], "--save-interval"),
+    (["--vf-coef", "nan"], "--vf-coef"),  # accepted, then a non-finite loss after the folder was made
+    (["--ent-coef", "nan"], "--ent-coef"),
+    (["--ent-coef", "-1"], "--ent-coef"),
+    (["--vf-coef", "inf"], "--vf-coef"),
+    (["--seed", str(2**64)], "--seed"),  # overflowed torch.manual_seed: a traceback
+    (["--num-envs", str(2**64)], "--num-envs"),  # overflowed an index: a traceback
+    (["--num-steps", str(2**63)], "--num-steps"),
     (["--total", "512"], "--total"),  # a prefix of --total-timesteps is not taken for it
     (["--env", "Acrobot-v1"], "--env"),
 ]

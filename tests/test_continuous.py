@@ -112,6 +112,15 @@ def test_the_squashed_policys_entropy_is_the_gaussians_as_its_name_says():
     assert squashed < gaussian - 5, (squashed, gaussian)
 
 
+def test_squash_at_float32s_largest_bounds_stays_finite():
+    # (high - low) / 2 overflowed to inf in float32 for bounds of -+3.4e38: log-probabilities of -inf.
+    big = float(np.finfo(np.float32).max)
+    agent = agent_for(gym.spaces.Box(-big, big, (2,), np.float32), squash=True)
+    action, u, logprob, entropy, value = agent.get_action_and_value(torch.randn(64, 3))
+    assert torch.isfinite(logprob).all() and torch.isfinite(action).all()
+    assert (action.abs() <= big).all()
+
+
 def test_squash_is_refused_for_bounds_tanh_cannot_map_onto(capsys):
     # tanh maps onto finite bounds, apart: infinite ones made the scale infinite and the actions NaN.
     with pytest.raises(SystemExit) as e:

@@ -231,6 +231,8 @@ def test_state_is_carried_across_rollouts(tmp_path, monkeypatch):
     (["--mask", "1,x"], "--mask", "0 to 3"),  # a typo would otherwise hide nothing, silently
     (["--mask", "4"], "--mask", "0 to 3"),  # CartPole has indices 0 to 3
     (["--mask", "1;3"], "--mask", "0 to 3"),
+    (["--mask", "0,1,2,3"], "--mask", "not all"),  # nothing left to see
+    (["--env-id", "tiny_tasks:ScalarBox-v0"], "--env-id", "one axis"),  # a Box of shape (): crashed
 ])
 def test_bad_flags_exit_2_naming_the_flag(argv, flag, says, capsys):
     with pytest.raises(SystemExit) as e:

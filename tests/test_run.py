@@ -1,7 +1,9 @@
 """What a run promises in all four scripts, checked the same way: one writer per run folder, whole logs, a torn last
 row dropped, a second Ctrl-C that ends at once, a task of the user's own as gymnasium makes it, and messages that
 are true: one line for a bad flag, --help in whole sentences, a rounded-up budget said, one score."""
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -123,18 +125,22 @@ def test_a_second_ctrl_c_ends_at_once_and_the_last_checkpoint_stays_whole(name, 
     torch.load(run_dir / "checkpoint.pt", weights_only=True)  # whole
 
 
+# Each script's small run, and the steps of its update (ppo_evolve: of its generation of 2 members).
+SMALL = {"ppo_atari": ["--num-envs", "2", "--num-steps", "32", "--device", "cpu"],
+         "ppo_continuous": ["--env-id", "Pendulum-v1", "--num-steps", "200", "--num-minibatches", "2",
+                            "--update-epochs", "1"],
+         "ppo_lstm": ["--num-envs", "2", "--num-steps", "32"],
+         "ppo_evolve": ["--pop-size", "2", "--evo-steps", "128", "--num-steps", "16", "--eval-episodes", "2"]}
+UPDATE = {"ppo_atari": 64, "ppo_continuous": 200, "ppo_lstm": 64, "ppo_evolve": 256}
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_a_torn_last_row_is_dropped_on_resume_with_a_line_saying_so(name, tmp_path, capsys, monkeypatch):
     P = module(name)
-    small = {"ppo_atari": ["--num-envs", "2", "--num-steps", "32", "--total-timesteps", "64", "--device", "cpu"],
-             "ppo_continuous": ["--env-id", "Pendulum-v1", "--num-steps", "200", "--num-minibatches", "2",
-                                "--update-epochs", "1", "--total-timesteps", "400"],
-             "ppo_lstm": ["--num-envs", "2", "--num-steps", "32", "--total-timesteps", "64"],
-             "ppo_evolve": ["--pop-size", "2", "--evo-steps", "128", "--num-steps", "16", "--total-timesteps",
-                            "256", "--eval-episodes", "2"]}[name]
     if name == "ppo_evolve":
         monkeypatch.setattr(P, "ProcessPoolExecutor", InProcess)
-    P.train(P.parse_args([*small, "--run-dir", str(tmp_path)]))
+    argv = [*SMALL[name], "--total-timesteps", str(2 * UPDATE[name]), "--run-dir", str(tmp_path)]
+    P.train(P.parse_args(argv))
     name_csv = "population.csv" if name == "ppo_evolve" else "episodes.csv"
     kept = (tmp_path / "updates.csv").read_text()
     for csv in ("updates.csv", name_csv):
@@ -148,6 +154,60 @@ def test_a_torn_last_row_is_dropped_on_resume_with_a_line_saying_so(name, tmp_pa
     text = (tmp_path / name_csv).read_text()  # whole rows, the torn one gone (Atari's: no game ended, empty)
     assert "123,4.5" not in text and (text == "" or text.endswith("\n"))
     assert (tmp_path / "curve.png").exists()
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_csv_cut_shorter_or_deleted_since_the_checkpoint_resumes_with_whole_rows(name, tmp_path, capsys,
+                                                                                 monkeypatch):
+    # Neither the CSVs nor the checkpoint are fsynced: a crash may lose a CSV's tail that the checkpoint counted,
+    # and a user may delete a CSV. --resume appended new rows to the cut-off line (a row of too many fields),
+    # or ended in a traceback for the deleted file; now each keeps its whole rows and the run goes on.
+    P = module(name)
+    small = [*SMALL[name], "--total-timesteps", str(3 * UPDATE[name])]
+    method = "log_generation" if name == "ppo_evolve" else "log_update"
+    if name == "ppo_evolve":
+        monkeypatch.setattr(P, "ProcessPoolExecutor", InProcess)
+    original = getattr(P.Run, method)
+
+    def log_and_stop(run, *args, **kwargs):  # stopped as SIGTERM stops it, after the first update
+        original(run, *args, **kwargs)
+        run.stop = signal.SIGTERM
+    with monkeypatch.context() as m:
+        m.setattr(P.Run, method, log_and_stop)
+        with pytest.raises(SystemExit):
+            P.train(P.parse_args([*small, "--run-dir", str(tmp_path)]))
+    second = "population.csv" if name == "ppo_evolve" else "episodes.csv"
+    os.truncate(tmp_path / "updates.csv", os.path.getsize(tmp_path / "updates.csv") - 5)  # its last row torn
+    os.remove(tmp_path / second)
+    P.train(P.parse_args(["--resume", str(tmp_path)]))
+    assert "Traceback" not in capsys.readouterr().out
+    for csv in ("updates.csv", second):
+        lines = (tmp_path / csv).read_text().splitlines()  # Atari's episodes.csv: no game has ended
+        assert all(line.count(",") == lines[0].count(",") for line in lines), (csv, lines)
+    steps = [int(row["global_step"]) for row in read_csv(tmp_path / "updates.csv")]
+    assert steps == sorted(set(steps)) and len(steps) >= 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ppo_continuous", "ppo_lstm", "ppo_evolve"])
+def test_a_task_of_ones_own_is_found_from_the_folder_one_runs_in(name, tmp_path):
+    # `python path/to/ppo_lstm.py --env-id my_tasks:Reach-v0`, run from the module's folder: the script's folder
+    # is on sys.path and the current one was not (ModuleNotFoundError). args.json is JSON as the standard has
+    # it: ppo_evolve.py wrote "target": Infinity for a task with no reward threshold.
+    shutil.copy(ROOT / "tests" / "tiny_tasks.py", tmp_path / "my_tasks.py")
+    budget = {"ppo_continuous": ["--num-steps", "64", "--num-minibatches", "2"],
+              "ppo_lstm": ["--num-envs", "1", "--num-steps", "64"],
+              "ppo_evolve": ["--pop-size", "2", "--num-envs", "1", "--num-steps", "32", "--evo-steps", "32",
+                             "--eval-episodes", "1", "--workers", "1", "--max-episode-steps", "16"]}[name]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, str(ROOT / f"{name}.py"), "--env-id", "my_tasks:Reach-v0", *budget,
+                          "--total-timesteps", "64", "--run-dir", "r"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    json.loads((tmp_path / "r" / "args.json").read_text(), parse_constant=refuse)
 
 
 @pytest.mark.slow

@@ -96,3 +96,14 @@ class ReachAnywhere(Reach):
 
 
 gym.register("ReachAnywhere-v0", ReachAnywhere, max_episode_steps=16)
+
+
+class ScalarBox(Reach):
+    """Reach with a Box action of shape (): one number, not a vector of one."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = Box(-1.0, 1.0, (), np.float32)
+
+
+gym.register("ScalarBox-v0", ScalarBox, max_episode_steps=16)
