@@ -50,7 +50,7 @@ from tqdm import tqdm
 # end in the non-finite loss message, not a traceback.
 torch.distributions.Distribution.set_default_validate_args(False)
 SCRIPT = "ppo_evolve"  # in every checkpoint
-FORMAT = 6  # the checkpoint's layout
+FORMAT = 7  # the checkpoint's layout
 # The evolved hyperparameters' ranges, around values PPO works
 # with: drawn log-uniformly at first (lambda as 1 - lambda, from
 # 0.01 to 0.1: on_scale), kept inside by mutation. The rate's
@@ -516,11 +516,11 @@ def parse_args(argv=None):
     if os.path.isfile(f"{args.run_dir}/checkpoint.pt"):
         hint = f"to go on: --resume {args.run_dir}"
     rules += [  # a minibatch needs 2 rows: 1 has no spread to normalize by
+        ("num_minibatches", f"a divisor of {batch} up to {batch // 2}",
+         batch % max(1, args.num_minibatches) == 0 and batch >= 2 * args.num_minibatches),
         ("gamma", "in [0, 1]", 0 <= args.gamma <= 1),
         ("target", "a finite fitness", args.target is None or math.isfinite(args.target)),
         ("workers", f"at most --pop-size ({args.pop_size})", args.workers <= args.pop_size),
-        ("num_minibatches", f"a divisor of {batch} up to {batch // 2}",
-         batch % max(1, args.num_minibatches) == 0 and batch >= 2 * args.num_minibatches),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
          not args.gif or (args.eval and os.path.isdir(os.path.dirname(args.gif) or "."))),
