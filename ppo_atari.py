@@ -356,9 +356,10 @@ def parse_args(argv=None):
     value = vars(args)  # each flag's, by name
     # Any other number is a size or a rate (None: a flag unset).
     sizes = [k for k, x in value.items() if type(x) in [int, float] and k not in ZERO_OK]
-    rules += [(k, "in (0, 2**63)", 0 < value[k] < 2**63) for k in sizes]
+    # ALE's integers, seeds among them, are 32-bit.
+    rules += [(k, "in (0, 2**31)", 0 < value[k] < 2**31) for k in sizes]
     rules += [(k, "in [0, 1]", 0 <= value[k] <= 1) for k in ["gamma", "gae_lambda"]]
-    rules += [(k, "in [0, 2**30]", 0 <= value[k] <= 2**30) for k in ZERO_OK]  # ALE's seeds
+    rules += [(k, "in [0, 2**30]", 0 <= value[k] <= 2**30) for k in ZERO_OK]
     batch = args.num_envs * args.num_steps
     hint = "it holds no run to go on from"
     if os.path.isfile(f"{args.run_dir}/checkpoint.pt"):
@@ -440,9 +441,9 @@ class Run(AbstractContextManager):  # with Run(...) as run
             # (later ones go, and one a crash tore). Opened for appending, a
             # file tells its length (and is made if it is gone).
             if ckpt and open(path, "ab").tell() != ckpt["csv_sizes"][name]:
-                print(f"{path}: cut back to its length at the checkpoint")
+                print(f"{path}: cut to its whole rows at the checkpoint")
                 text = open(path, "rb").read(ckpt["csv_sizes"][name])
-                open(path, "wb").write(text[:text.rfind(b"\n") + 1])  # whole rows
+                os.truncate(path, text.rfind(b"\n") + 1)  # after its last whole row
             self.logs[name] = open(path, "a", buffering=1)  # written line by line
         self.curve = ckpt.get("curve", [])  # each game's (step, score)
         self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")

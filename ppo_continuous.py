@@ -168,7 +168,7 @@ class Agent(nn.Module):
             # the rollout keeps u, whose log-prob the update recomputes.
             action = u.clamp(self.low, self.high)
             return action, u, logprob.sum(1), entropy.sum(1), value
-        # Squashed: a = low + scale * (tanh(u) + 1), so that
+        # Squashed: a = middle + scale * tanh(u), so that
         # log p(a) = log N(u) - log J, where J = |da/du| and
         #   log J = log scale + log(1 - tanh(u)^2)
         #         = log scale + 2 (log 2 - u - softplus(-2u)).
@@ -177,9 +177,9 @@ class Agent(nn.Module):
         # infinite there). The entropy (logged, and the --ent-coef
         # bonus) is the Gaussian's: the squashed one has no closed
         # form. A wider Gaussian saturates more actions at a bound.
-        scale = self.high / 2 - self.low / 2  # (high - low) / 2, never inf
+        scale = self.high / 2 - self.low / 2  # not (high - low) / 2: inf at float32's widest
         log_jacobian = scale.log() + 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
-        action = (self.low + scale * (torch.tanh(u) + 1)).clamp(self.low, self.high)
+        action = (self.high / 2 + self.low / 2 + scale * torch.tanh(u)).clamp(self.low, self.high)
         return action, u, (logprob - log_jacobian).sum(1), entropy.sum(1), value
 
 # [core-5] Generalized advantage estimation. The k-step estimate
@@ -499,9 +499,9 @@ class Run(AbstractContextManager):  # with Run(...) as run
             # (later ones go, and one a crash tore). Opened for appending, a
             # file tells its length (and is made if it is gone).
             if ckpt and open(path, "ab").tell() != ckpt["csv_sizes"][name]:
-                print(f"{path}: cut back to its length at the checkpoint")
+                print(f"{path}: cut to its whole rows at the checkpoint")
                 text = open(path, "rb").read(ckpt["csv_sizes"][name])
-                open(path, "wb").write(text[:text.rfind(b"\n") + 1])  # whole rows
+                os.truncate(path, text.rfind(b"\n") + 1)  # after its last whole row
             self.logs[name] = open(path, "a", buffering=1)  # written line by line
         self.curve = ckpt.get("curve", [])  # each episode's (step, return)
         self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")

@@ -597,9 +597,9 @@ class Run(AbstractContextManager):  # with Run(...) as run
             # (later ones go, and one a crash tore). Opened for appending, a
             # file tells its length (and is made if it is gone).
             if ckpt and open(path, "ab").tell() != ckpt["csv_sizes"][name]:
-                print(f"{path}: cut back to its length at the checkpoint")
+                print(f"{path}: cut to its whole rows at the checkpoint")
                 text = open(path, "rb").read(ckpt["csv_sizes"][name])
-                open(path, "wb").write(text[:text.rfind(b"\n") + 1])  # whole rows
+                os.truncate(path, text.rfind(b"\n") + 1)  # after its last whole row
             self.logs[name] = open(path, "a", buffering=1)  # written line by line
         self.curve = ckpt.get("curve", [])  # each member's (step, fitness)
         self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")

@@ -166,7 +166,7 @@ class Memory(nn.Module):
         # there: at a rollout's start it goes on. Step by step, the LSTM
         # steps on x[t] from state * (1 - done[t]); the same, faster: one
         # call per stretch from each step where some env starts one (and 0).
-        starts = [t for t in range(len(x)) if t == 0 or done[t].any()]
+        starts = [t for t, new in enumerate(done.any(1).tolist()) if t == 0 or new]
         outputs = []
         for start, end in zip(starts, starts[1:] + [len(x)]):
             keep = (1.0 - done[start]).view(1, -1, 1)  # 0 where an episode starts
@@ -575,9 +575,9 @@ class Run(AbstractContextManager):  # with Run(...) as run
             # (later ones go, and one a crash tore). Opened for appending, a
             # file tells its length (and is made if it is gone).
             if ckpt and open(path, "ab").tell() != ckpt["csv_sizes"][name]:
-                print(f"{path}: cut back to its length at the checkpoint")
+                print(f"{path}: cut to its whole rows at the checkpoint")
                 text = open(path, "rb").read(ckpt["csv_sizes"][name])
-                open(path, "wb").write(text[:text.rfind(b"\n") + 1])  # whole rows
+                os.truncate(path, text.rfind(b"\n") + 1)  # after its last whole row
             self.logs[name] = open(path, "a", buffering=1)  # written line by line
         self.curve = ckpt.get("curve", [])  # each episode's (step, return)
         self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")

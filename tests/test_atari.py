@@ -33,6 +33,10 @@ def test_a_seed_past_ales_32_bits_is_refused_in_one_line(capsys):
             P.parse_args(["--seed", str(seed)])
         assert e.value.code == 2 and "--seed" in capsys.readouterr().err.strip().splitlines()[-1]
     assert P.parse_args(["--seed", str(2**30)]).seed == 2**30
+    # The frame cap is an int32 in ale-py too: 2**31 ended in a TypeError from its constructor.
+    with pytest.raises(SystemExit) as e:
+        P.parse_args(["--max-episode-frames", str(2**31)])
+    assert e.value.code == 2 and "--max-episode-frames" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_frames_equal_sb3_wrappers():

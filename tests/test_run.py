@@ -149,7 +149,7 @@ def test_a_torn_last_row_is_dropped_on_resume_with_a_line_saying_so(name, tmp_pa
     capsys.readouterr()
     P.train(P.parse_args(["--resume", str(tmp_path)]))  # the budget is spent: it only reopens the run
     out = capsys.readouterr().out
-    assert out.count("cut back to its length at the checkpoint") == 2 and "Traceback" not in out
+    assert out.count("cut to its whole rows at the checkpoint") == 2 and "Traceback" not in out
     assert (tmp_path / "updates.csv").read_text() == kept
     text = (tmp_path / name_csv).read_text()  # whole rows, the torn one gone (Atari's: no game ended, empty)
     assert "123,4.5" not in text and (text == "" or text.endswith("\n"))
