@@ -268,7 +268,7 @@ def train(args):
     actions = torch.zeros(shape, dtype=int, device=device)
     logprobs = torch.zeros(shape, device=device)
     values = torch.zeros(shape, device=device)
-    rewards = torch.zeros(shape, device=device)
+    rewards = np.zeros(shape, np.float32)
     dones = np.zeros(shape, np.float32)
     # A resumed run starts new games, seeded past the earlier ones.
     # ALE's seeds are 32-bit: --seed is at most 2**30 (parse_args),
@@ -294,7 +294,7 @@ def train(args):
                 next_obs, reward, term, trunc, info = envs.step(actions[step].cpu().numpy())
                 next_done = term | trunc
                 global_step += args.num_envs
-                rewards[step] = on_device(reward).sign()  # [atari-6]
+                rewards[step] = np.sign(reward)  # [atari-6]
                 run.episodes(global_step, reward, next_done, info)  # logs whole games
                 # A game cut by the frame cap was not lost: it would have
                 # gone on. The env has reset it (its last frames are in
@@ -304,9 +304,9 @@ def train(args):
                 cut = trunc & ~term
                 if cut.any():
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
-                    rewards[step, cut] += args.gamma * agent.get_value(final_obs)
+                    rewards[step, cut] += args.gamma * agent.get_value(final_obs).cpu().numpy()
             # ---- 3. advantages
-            advantages, returns = compute_gae(rewards, values, on_device(dones),
+            advantages, returns = compute_gae(on_device(rewards), values, on_device(dones),
                                               agent.get_value(on_device(next_obs)),
                                               on_device(next_done), args.gamma, args.gae_lambda)
             # ---- 4. update

@@ -554,7 +554,7 @@ def task_rules(args):
         args.target = env.spec.reward_threshold
     obs_space = env.observation_space
     space = env.action_space  # Discrete: a number; the others: vectors
-    names = "Discrete, MultiDiscrete, MultiBinary or Box"
+    names = ", ".join(s.__name__ for s in spaces)
     return [("env_id", f"a task with a flat Box observation, not {obs_space}",
              isinstance(obs_space, Box) and len(obs_space.shape) == 1),
             ("env_id", f"a task with {names} actions of one axis, not {space}",

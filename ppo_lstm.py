@@ -517,7 +517,7 @@ def task_rules(args):
     obs_space = env.observation_space
     space = env.action_space  # Discrete: a number; the others: vectors
     spaces = (Discrete, MultiDiscrete, MultiBinary, Box)
-    names = "Discrete, MultiDiscrete, MultiBinary or Box"
+    names = ", ".join(s.__name__ for s in spaces)
     flat = isinstance(obs_space, Box) and len(obs_space.shape) == 1
     size = obs_space.shape[0] if flat else 0
     indices = set(map(str, range(size)))  # the observation's, as --mask names them
