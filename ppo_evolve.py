@@ -308,15 +308,15 @@ def train_member(member, global_step, args, generation, games, run_start):
     seeds = np.random.SeedSequence([args.seed, generation, member["id"]])
     seed = int(seeds.generate_state(1)[0])
     torch.manual_seed(seed)
-    # The members train on the CPU, one torch thread each: these
-    # small networks ran slower on a GPU (README.md), and the
-    # workers, side by side, fill the cores.
+    # One torch thread a member: the workers, side by side, fill the
+    # cores (on the CPU: these small networks ran slower on a GPU).
     torch.set_num_threads(1)
     envs = make_envs(args, args.num_envs)  # new: unfinished episodes go unlogged
     agent, optimizer = build(member, envs, args)
     # The PPO below reads the member's hyperparameters from args, as flags.
     args = argparse.Namespace(**vars(args), **member["hparams"])
-    log = Log(run_start)  # rows for the run's writer
+    # The run's CSV rows, for the parent to write.
+    rows = {"episodes": [], "updates": [], "population": []}
     # The rollout, (num_steps, num_envs, ...) each.
     shape = (args.num_steps, args.num_envs)
     as_float = partial(torch.as_tensor, dtype=torch.float32)
@@ -331,6 +331,7 @@ def train_member(member, global_step, args, generation, games, run_start):
     next_done = np.zeros(args.num_envs, bool)
     for rollout in range(math.ceil(args.evo_steps / rewards.size)):  # size: steps a rollout
         # ---- 2. rollout
+        started = time.time()  # for the steps a second
         bootstraps.zero_()
         for step in range(args.num_steps):
             obs[step] = as_float(next_obs)
@@ -343,7 +344,7 @@ def train_member(member, global_step, args, generation, games, run_start):
             next_done = term | trunc
             global_step += args.num_envs
             rewards[step] = reward
-            log.episodes(global_step, info)
+            rows["episodes"] += ended_episodes(global_step, info, run_start)
             # A time limit is not a death: the episode would have gone on.
             # The env has reset it (its last obs is in info["final_obs"]),
             # and GAE, seeing a done, drops V(next_obs), the new episode's:
@@ -362,20 +363,22 @@ def train_member(member, global_step, args, generation, games, run_start):
         if not math.isfinite(means.pop("loss")):  # the total loss: checked, not logged
             raise FloatingPointError(f"non-finite loss, member {member['id']}")
         # ---- 5. logging
-        log.update(global_step, rewards.size, learning_rate=args.learning_rate,
-                   clip_coef=args.clip_coef, **means,
-                   explained_variance=explained_variance(values, returns), member=member["id"])
+        sps = rewards.size / (time.time() - started)
+        rows["updates"].append(dict(
+            global_step=global_step, sps=sps, learning_rate=args.learning_rate,
+            clip_coef=args.clip_coef, **means,
+            explained_variance=explained_variance(values, returns), member=member["id"]))
     envs.close()
     scores, lengths = play(agent, args, games)  # its fitness: their mean
     state = io.BytesIO()
     weights = dict(model=agent.state_dict(), adam=optimizer.state_dict())
     torch.save(weights, state)
     member = dict(member, state=state.getvalue(), fitness=float(scores.mean()))
-    log.rows["population"].append(dict(
+    rows["population"].append(dict(
         global_step=global_step, eval_steps=int(lengths.sum()), generation=generation,
         member=member["id"], parent=member["parent"], mutation=member["mutation"],
         fitness=member["fitness"], **member["hparams"]))
-    return member, log.rows
+    return member, rows
 
 @torch.no_grad()  # no learning: play only acts
 def play(agent, args, seeds):
@@ -694,27 +697,15 @@ def end_with_parent():
     multiprocessing.connection.wait([multiprocessing.parent_process().sentinel])
     os._exit(1)
 
-class Log:
-    """A member's CSV rows, gathered in a worker for the parent."""
-
-    def __init__(self, start):
-        self.start = start  # the run's, as time.time()
-        self.last = time.time()
-        self.rows = {"episodes": [], "updates": [], "population": []}  # CSVs' names
-
-    def episodes(self, global_step, info):
-        """Logs the episodes that ended in a step, from info."""
-        wall_time = round(time.time() - self.start, 1)
-        for i in np.flatnonzero(info.get("_episode", [])):  # ended
-            score = float(info["episode"]["r"][i])
-            row = {"global_step": global_step, "wall_time": wall_time, "return": score}
-            self.rows["episodes"].append({**row, "length": info["episode"]["l"][i]})
-
-    def update(self, global_step, steps, **row):
-        """A row of updates.csv; steps: since the last row."""
-        sps = steps / (time.time() - self.last)
-        self.last = time.time()
-        self.rows["updates"].append(dict(global_step=global_step, sps=sps, **row))
+def ended_episodes(global_step, info, run_start):
+    """episodes.csv's rows: the episodes that ended in a step."""
+    wall_time = round(time.time() - run_start, 1)
+    rows = []
+    for i in np.flatnonzero(info.get("_episode", [])):  # ended
+        score = float(info["episode"]["r"][i])
+        row = {"global_step": global_step, "wall_time": wall_time, "return": score}
+        rows.append({**row, "length": info["episode"]["l"][i]})
+    return rows
 
 def evaluate(args):
     """--eval: the fittest member, an episode from each of the
