@@ -530,7 +530,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
         if error is None:
-            print(f"{self.dir}: score {self.shown_score()} (the last 20 episodes);"
+            print(f"{self.dir}: the last 20 episodes' score: {self.shown_score()};"
                   f" evaluate: python {sys.argv[0]} --eval {self.dir}")
 
 @torch.no_grad()

@@ -683,7 +683,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         if self.stop:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
-        print(f"{self.dir}: best fitness {self.shown_score()} (the luckiest);"
+        print(f"{self.dir}: best fitness (the luckiest): {self.shown_score()};"
               f" on new games: python {sys.argv[0]} --eval {self.dir} --eval-episodes 100")
 
 def start_worker():

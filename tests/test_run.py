@@ -265,7 +265,7 @@ def test_a_budget_rounded_up_is_said_in_one_line(name, capsys, tmp_path, monkeyp
         assert "256 steps: --total-timesteps rounded up to whole generations" in out
     else:  # rollouts of 64 steps: 2 envs x 32, or 1 env x 64
         assert "128 steps: --total-timesteps rounded up to whole rollouts" in out
-    assert "nan" not in out[-1] and (" score " in out[-1] or " best fitness " in out[-1])
+    assert "nan" not in out[-1] and ("episodes' score: " in out[-1] or " best fitness " in out[-1])
 
 
 @pytest.mark.parametrize("name", ["ppo_atari", "ppo_continuous", "ppo_lstm"])
@@ -277,7 +277,8 @@ def test_no_score_until_an_episode_ends(name, tmp_path, capsys):
             "ppo_lstm": ["--env-id", "Pendulum-v1", "--num-envs", "1"]}[name]
     P.train(P.parse_args([*argv, "--num-steps", "64", "--total-timesteps", "64", "--run-dir", str(tmp_path)]))
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert "score none, no episode has ended yet" in last and "nan" not in last
+    # The score's measure first, so that "none" is not followed by "(the last 20 episodes)".
+    assert "the last 20 episodes' score: none, no episode has ended yet;" in last and "nan" not in last
 
 
 # Updates of 64 steps, one env; episodes (or, in Atari, games cut by the frame cap) end after 100 steps, so none
