@@ -475,6 +475,7 @@ def train(args):
                                     fitness_seeds=[args.seed + args.eval_episodes, games.stop]))
         if fittest(population)["fitness"] >= target:  # the bar stops short
             tqdm.write(f"--target {target} reached: stopped after {global_step:,} steps")
+            run.stop = 0  # finished: exit 0, no --resume
 
 # ==== Plumbing: flags, bookkeeping, evaluation ====
 PLAY = {"eval_episodes", "deterministic", "gif", "seed"}  # set by --eval; others: the checkpoint's

@@ -490,6 +490,21 @@ def test_the_stopping_target_is_the_tasks_own_unless_given(tmp_path, monkeypatch
         assert compared[-1] == expected, env_id
 
 
+def test_a_stop_asked_in_the_generation_that_reaches_the_target_ends_as_a_finished_run(tmp_path, monkeypatch,
+                                                                                       capsys):
+    # The run has nothing left to do: exit 0 and the closing line, not 143 and "continue with --resume".
+    log_generation = P.Run.log_generation
+
+    def log_and_stop(run, state):  # SIGTERM, as its handler sets it, during the first generation
+        log_generation(run, state)
+        run.stop = signal.SIGTERM
+
+    monkeypatch.setattr(P.Run, "log_generation", log_and_stop)
+    P.train(P.parse_args([*TINY, "--target=-1e9", "--run-dir", str(tmp_path)]))  # no SystemExit
+    out = capsys.readouterr().out
+    assert "--target -1000000000.0 reached" in out and "--resume" not in out and "best fitness" in out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["MatchMultiBinary-v0", "MatchMultiDiscrete-v0"])
 def test_a_small_population_learns_a_multibinary_and_a_multidiscrete_task(tmp_path, task):
