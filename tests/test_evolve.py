@@ -351,7 +351,7 @@ def test_the_fittest_member_ever_scored_is_kept_as_it_was_and_eval_plays_it(tmp_
     scores = iter([10.0, 30.0, 20.0, 5.0, 1.0, 2.0])
     monkeypatch.setattr(P, "play", lambda *_: (np.array([next(scores)] * 4), np.array([8] * 4)))
     P.train(P.parse_args([*TINY, "--run-dir", str(tmp_path)]))
-    assert last_line(capsys.readouterr().out).startswith(f"{tmp_path}: best fitness 30.0 ")
+    assert last_line(capsys.readouterr().out).startswith(f"{tmp_path}: best fitness (the luckiest): 30.0;")
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     best, elite = ckpt["best"], ckpt["population"][0]
     assert (best["id"], best["fitness"], elite["id"], elite["fitness"]) == (1, 30.0, 1, 5.0)
