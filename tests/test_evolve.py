@@ -500,6 +500,7 @@ def test_a_stop_asked_in_the_generation_that_reaches_the_target_ends_as_a_finish
         run.stop = signal.SIGTERM
 
     monkeypatch.setattr(P.Run, "log_generation", log_and_stop)
+    # "--target=-1e9" with "=": argparse would take a separate "-1e9" for a flag. Any fitness reaches it.
     P.train(P.parse_args([*TINY, "--target=-1e9", "--run-dir", str(tmp_path)]))  # no SystemExit
     out = capsys.readouterr().out
     assert "--target -1000000000.0 reached" in out and "--resume" not in out and "best fitness" in out
