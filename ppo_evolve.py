@@ -313,7 +313,7 @@ def train_member(member, global_step, args, generation, games, run_start):
     torch.set_num_threads(1)
     envs = make_envs(args, args.num_envs)  # new: unfinished episodes go unlogged
     agent, optimizer = build(member, envs, args)
-    # The PPO below reads the member's hyperparameters from args, as flags.
+    # The PPO below reads the member's hyperparameters as flags.
     args = argparse.Namespace(**vars(args), **member["hparams"])
     # The run's CSV rows, for the parent to write.
     rows = {"episodes": [], "updates": [], "population": []}
@@ -592,7 +592,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         if total_steps != args.total_timesteps:
             print(f"{total_steps:,} steps: --total-timesteps rounded up to whole generations")
         self.start = time.time() - ckpt.get("wall_time", 0)
-        self.saved = time.time()
+        self.due = time.time()  # generation 0 saves
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
         self.logs = {}
         for name in ["episodes.csv", "updates.csv", "population.csv"]:
@@ -633,7 +633,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
     def log_generation(self, state):
         """state: what a checkpoint holds, after a whole generation."""
         self.state = state
-        if time.time() - self.saved >= self.args.save_interval:
+        if time.time() >= self.due:
             self.save()
 
     def shown_score(self):
@@ -658,7 +658,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
                         curve=self.curve, wall_time=time.time() - self.start, **self.state)
             torch.save(ckpt, f"{self.dir}/checkpoint.pt.tmp")
             os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")
-        self.saved = time.time()
+        self.due = time.time() + self.args.save_interval
         import matplotlib.pyplot as plt
         data = np.array(self.curve, dtype=float).reshape(-1, 2)  # step, fitness
         plt.plot(*data.T, ".", alpha=0.3, label="a member's fitness")

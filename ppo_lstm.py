@@ -566,7 +566,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
             torch.set_rng_state(ckpt["rng"])
             torch.cuda.manual_seed(args.seed + ckpt["global_step"])
         self.start = time.time() - ckpt.get("wall_time", 0)
-        self.last = self.saved = time.time()
+        self.last = self.due = time.time()  # update 1 saves
         json.dump(asdict(args), open(f"{self.dir}/args.json", "w"), indent=2)
         self.logs = {}
         for name in ["updates.csv", "episodes.csv"]:
@@ -614,7 +614,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.bar.update(global_step - self.bar.n)
         self.bar.set_postfix_str(f"score {self.shown_score()}")
         self.state = state  # what the next save writes
-        if time.time() - self.saved >= self.args.save_interval:
+        if time.time() >= self.due:
             self.save()
 
     def write(self, name, row):
@@ -634,7 +634,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
                         rng=torch.get_rng_state(), wall_time=time.time() - self.start, **self.state)
             torch.save(ckpt, f"{self.dir}/checkpoint.pt.tmp")
             os.replace(f"{self.dir}/checkpoint.pt.tmp", f"{self.dir}/checkpoint.pt")
-        self.saved = time.time()
+        self.due = time.time() + self.args.save_interval
         import matplotlib.pyplot as plt
         data = np.array(self.curve, dtype=float).reshape(-1, 2)  # step, return
         plt.plot(*data.T, ".", alpha=0.3, label="one episode")

@@ -125,6 +125,23 @@ def test_a_second_ctrl_c_ends_at_once_and_the_last_checkpoint_stays_whole(name, 
     torch.load(run_dir / "checkpoint.pt", weights_only=True)  # whole
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_the_first_update_saves_so_a_run_killed_in_its_first_minutes_can_go_on(name, tmp_path):
+    # At the default --save-interval (300 s) the first checkpoint came only after 5 minutes: a run killed
+    # before then left nothing to resume. Now the first update (ppo_evolve: generation 0) saves at once.
+    run_dir = tmp_path / "run"
+    proc = start(name, [*LONG[name], "--run-dir", run_dir], cwd=tmp_path)
+    # The row after the first save: update 2's, or ppo_evolve's first member of generation 1.
+    csv, rows = ("population.csv", 3) if name == "ppo_evolve" else ("updates.csv", 2)
+    wait_for(run_dir / csv, proc, rows)
+    proc.kill()
+    proc.communicate()
+    assert torch.load(run_dir / "checkpoint.pt", weights_only=True)["global_step"] > 0
+    evaluated = run(name, "--eval", run_dir, "--eval-episodes", "2")
+    assert evaluated.returncode == 0 and "2 episodes: " in evaluated.stdout, evaluated.stderr
+
+
 # Each script's small run, and the steps of its update (ppo_evolve: of its generation of 2 members).
 SMALL = {"ppo_atari": ["--num-envs", "2", "--num-steps", "32", "--device", "cpu"],
          "ppo_continuous": ["--env-id", "Pendulum-v1", "--num-steps", "200", "--num-minibatches", "2",
