@@ -68,7 +68,7 @@ def on_scale(name, value):
 class Args:  # --help shows the comment after each field
     env_id: str = "CartPole-v1"  # A gymnasium task, or module:id.
     max_episode_steps: int = None  # Cap on an episode's steps (the task's limit, or 1,000).
-    total_timesteps: int = 600_000  # Training steps of all members together.
+    total_timesteps: int = 614_400  # Training steps of all members together.
     num_envs: int = 8  # Envs each member steps side by side.
     num_steps: int = 128  # Steps per env in each rollout.
     pop_size: int = 6  # Members of the population.

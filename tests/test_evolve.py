@@ -459,7 +459,7 @@ def test_a_crash_mid_generation_leaves_the_last_whole_generations_checkpoint(tmp
 @pytest.mark.slow
 def test_learns_cartpole(tmp_path):
     # The default run, seed 1, stopped once the best fitness reaches 400: generation 0's best lies below it, and a
-    # later generation's reaches it well inside the 600k-step budget. A fixed seed takes another path on another
+    # later generation's reaches it well inside the 614,400-step budget. A fixed seed takes another path on another
     # CPU (its floating-point sums differ), so the bar stands where seeds stand in for CPUs. Measured with
     # --target 1e9 (the whole budget, 10 generations) on a 2-core Intel Xeon with AVX-512, seeds 1-8: generation
     # 0's best 177-348; 400 first reached after 71,680-225,280 steps; the best of the run 474.8-500 (CartPole's
@@ -469,6 +469,14 @@ def test_learns_cartpole(tmp_path):
     rows = np.genfromtxt(tmp_path / "population.csv", delimiter=",", names=True, dtype=None, encoding=None)
     best = [rows["fitness"][rows["generation"] == g].max() for g in np.unique(rows["generation"])]
     assert best[0] < 400 <= best[-1] and rows["global_step"][-1] < 600_000, best
+
+
+def test_the_default_budget_is_whole_generations_so_a_plain_run_says_nothing_was_rounded():
+    # 600,000 steps were rounded up to 614,400 (10 generations of 6 members x 10,240), said in a line on every
+    # plain `python ppo_evolve.py` as if the user had asked for something odd.
+    args = P.Args()
+    assert args.evo_steps % (args.num_envs * args.num_steps) == 0
+    assert args.total_timesteps % (args.pop_size * args.evo_steps) == 0
 
 
 def test_the_stopping_target_is_the_tasks_own_unless_given(tmp_path, monkeypatch):
