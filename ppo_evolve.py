@@ -84,7 +84,7 @@ class Args:  # --help shows the comment after each field
     vf_coef: float = 0.5  # Weight of the value loss.
     max_grad_norm: float = 0.5  # Largest norm of the gradient.
     seed: int = 1  # Seed of members, envs, evolution.
-    workers: int = None  # Members trained side by side (default: cores, up to pop_size).
+    workers: int = None  # Members trained side by side (default: cores), up to pop_size.
     run_dir: str = ""  # The run's folder (default: runs/...).
     save_interval: float = 300.0  # Seconds between checkpoints.
     resume: str = ""  # Continue the run in this folder.
@@ -95,7 +95,7 @@ class Args:  # --help shows the comment after each field
 
 def make_envs(args, num_envs):  # train() says how they reset
     # Drawing only for --gif: it slows some tasks down, and a
-    # task of one's own need not take render_mode at all.
+    # task of one's own need not take render_mode.
     settings = dict(render_mode="rgb_array") if args.gif else {}
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no display
     make = partial(gym.make, args.env_id, max_episode_steps=args.max_episode_steps, **settings)
@@ -508,8 +508,6 @@ def parse_args(argv=None):
         args.run_dir = folder or "."
     name = f"{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
     args.run_dir = args.run_dir or f"runs/{name}"
-    if args.workers is None:  # the machine's cores, one a member at most
-        args.workers = min(os.cpu_count(), args.pop_size)
     value = vars(args)  # each flag's, by name
     # Any other number but the target is a size (None: unset).
     sizes = [k for k, x in value.items() if type(x) in [int, float] and k not in ZERO_OK]
@@ -524,7 +522,6 @@ def parse_args(argv=None):
          batch % max(1, args.num_minibatches) == 0 and batch >= 2 * args.num_minibatches),
         ("gamma", "in [0, 1]", 0 <= args.gamma <= 1),
         ("target", "a finite fitness", args.target is None or math.isfinite(args.target)),
-        ("workers", f"at most --pop-size ({args.pop_size})", args.workers <= args.pop_size),
         ("resume", "left out with --eval", not (args.resume and args.eval)),
         ("gif", "given with --eval, in a folder that exists",
          not args.gif or (args.eval and os.path.isdir(os.path.dirname(args.gif) or "."))),
@@ -533,6 +530,9 @@ def parse_args(argv=None):
     for name, must, ok in rules:  # the first rule broken ends it
         if not ok:
             parser.error(f"--{name.replace('_', '-')} must be {must} (--help lists every flag)")
+    # By default the cores this process may use; one a member at most.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    args.workers = min(args.workers or cores, args.pop_size)
     return args
 
 def is_new(folder):  # an empty folder, or one not made yet (nor under a file)

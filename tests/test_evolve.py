@@ -1,6 +1,7 @@
 """Checks of what only ppo_evolve.py has: copies, mutations and selection, any task of its action spaces, the
 stopping target, and its command line."""
 import copy
+import dataclasses
 import io
 import os
 import shutil
@@ -213,8 +214,6 @@ def test_tournament_winners_are_the_fitter_members():
     (["--target", "inf"], "--target"),
     (["--vf-coef", "nan"], "--vf-coef"),
     (["--seed", str(2**64)], "--seed"),  # torch.manual_seed overflowed
-    (["--workers", str(2**63 - 1)], "--workers"),  # overflowed in the pool, after the folder was made
-    (["--workers", "7"], "--workers"),  # more than the 6 members
     (["--env-id", "tiny_tasks:ScalarBox-v0"], "--env-id"),  # a Box action of shape (): crashed
 ])
 def test_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
@@ -222,6 +221,22 @@ def test_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
         P.parse_args(argv)
     assert e.value.code == 2
     assert flag in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_workers_are_one_a_member_at_most_and_by_default_the_cores_this_process_may_use(tmp_path, monkeypatch):
+    # More workers than members was refused, even with --eval, which starts none; now the pool is cut to one a
+    # member (2**63 - 1 had overflowed in the pool). By default a process that taskset or a container's cpuset
+    # limits to fewer cores than the machine has starts one worker per core it may use, not per core there is.
+    assert P.parse_args(["--workers", "7"]).workers == 6
+    assert P.parse_args(["--workers", str(2**63 - 1)]).workers == 6
+    ckpt = dict(script=P.SCRIPT, format=P.FORMAT, args=dataclasses.asdict(P.Args(pop_size=2)))
+    torch.save(ckpt, tmp_path / "checkpoint.pt")
+    assert P.parse_args(["--eval", str(tmp_path), "--workers", "8"]).workers == 2
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert P.parse_args([]).workers == 2
+    monkeypatch.delattr(os, "sched_getaffinity")  # macOS and Windows have no affinity to read
+    assert P.parse_args([]).workers == 6
 
 
 TINY = ["--total-timesteps", "6144", "--evo-steps", "1024", "--pop-size", "3", "--eval-episodes", "4"]
