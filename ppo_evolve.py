@@ -93,7 +93,7 @@ class Args:  # --help shows the comment after each field
     deterministic: bool = False  # Play the likeliest action (fitness games too).
     gif: str = ""  # With --eval: write the first episode to this GIF.
 
-def make_envs(args, num_envs):  # train() says how they reset
+def make_envs(args, num_envs):  # train_member() says how they reset
     # Drawing only for --gif: it slows some tasks down, and a
     # task of one's own need not take render_mode.
     settings = dict(render_mode="rgb_array") if args.gif else {}
@@ -210,7 +210,7 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 # further. Value clipping is not in the paper but in OpenAI's
 # code: past e from the rollout's V, in the return's units, the
 # loss stops pulling V on. The rewards are not scaled here: where
-# returns reach 100 (CartPole), 0.1-0.3 is a small step.
+# V nears 100 (CartPole's discounted return), 0.1-0.3 is small.
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
@@ -280,9 +280,9 @@ def update(agent, optimizer, args, batch):
 # A member is a dict of plain data, as the checkpoint holds it:
 # id (generation x pop_size + place; the elite keeps its id),
 # parent's id, mutation, fitness (-inf until scored), hparams,
-# and its agent's and Adam's state dicts as the bytes torch.save
-# writes (None until it trains). Bytes cross processes holding
-# no open file (a tensor sent is shared memory, a file each).
+# and state: its agent's and Adam's state dicts as the bytes
+# torch.save writes (None until it trains). Bytes cross to the
+# workers holding no file open (a tensor would: one file each).
 def build(member, envs, args):
     """The member's agent and Adam, loaded from its state."""
     agent = Agent(envs, args)
@@ -294,7 +294,7 @@ def build(member, envs, args):
         state = torch.load(saved, map_location="cpu", weights_only=True)
         agent.load_state_dict(state["model"])
         optimizer.load_state_dict(state["adam"])
-    # The load brought back the parent's rate: the member's own, after it.
+    # Each member's own rate (a load brought back its parent's).
     optimizer.param_groups[0]["lr"] = member["hparams"]["learning_rate"]
     return agent, optimizer
 
@@ -309,7 +309,7 @@ def train_member(member, global_step, args, generation, games, run_start):
     seed = int(seeds.generate_state(1)[0])
     torch.manual_seed(seed)
     # One torch thread a member: the workers, side by side, fill the
-    # cores (on the CPU: these small networks ran slower on a GPU).
+    # cores (on the CPU: small networks ran slower on a GPU).
     torch.set_num_threads(1)
     envs = make_envs(args, args.num_envs)  # new: unfinished episodes go unlogged
     agent, optimizer = build(member, envs, args)
@@ -473,7 +473,7 @@ def train(args):
             best = fittest([best, *population])
             run.log_generation(dict(population=population, global_step=global_step, best=best,
                                     fitness_seeds=[args.seed + args.eval_episodes, games.stop]))
-        if fittest(population)["fitness"] >= target:  # the bar stops short
+        if fittest(population)["fitness"] >= target:  # the bar stops short: say why
             tqdm.write(f"--target {target} reached: stopped after {global_step:,} steps")
             run.stop = 0  # finished: exit 0, no --resume
 
@@ -679,7 +679,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.bar.close()
         self.save(checkpoint=error is None)
         self.lock.release()
-        if error:  # a member's
+        if error:
             sys.exit(f"error: {value!r}")
         if self.stop:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
