@@ -609,8 +609,13 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.bar = tqdm(total=total_steps, initial=ckpt.get("global_step", 0), unit="step")
         # The members train side by side in worker processes, each a
         # new interpreter (spawn): a fork would copy this one's threads.
+        # They start now, Ctrl-C and SIGTERM ignored (a new interpreter
+        # keeps that): a stop as they start is the parent's.
+        for s in [signal.SIGINT, signal.SIGTERM]:
+            signal.signal(s, signal.SIG_IGN)
         spawn = multiprocessing.get_context("spawn")
         self.pool = ProcessPoolExecutor(args.workers, spawn, initializer=start_worker)
+        self.pool.map(int, range(args.workers))  # a job each: all start now
         self.state = {}  # what the checkpoint holds
         self.stop = 0  # the signal that asked to stop
         for s in [signal.SIGINT, signal.SIGTERM]:

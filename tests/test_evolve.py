@@ -4,6 +4,7 @@ import copy
 import dataclasses
 import io
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -587,6 +588,34 @@ def test_a_members_error_ends_the_run_in_one_line_and_no_worker_outlives_it(tmp_
     while any(os.path.exists(f"/proc/{pid}") for pid in workers) and time.time() < deadline:
         time.sleep(0.1)
     assert workers and not any(os.path.exists(f"/proc/{pid}") for pid in workers)
+
+
+def catches_sigterm(pid):
+    """Whether the process has a handler for SIGTERM (Linux: the SigCgt mask of /proc/PID/status)."""
+    caught = re.search(r"SigCgt:\s*(\w+)", open(f"/proc/{pid}/status").read()).group(1)
+    return int(caught, 16) >> (signal.SIGTERM - 1) & 1 == 1
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_the_whole_group_as_the_workers_start_stops_the_run_as_asked(tmp_path):
+    # A terminal's Ctrl-C reaches every process of its group. Sent while the workers were still starting (before
+    # their initializer ignored it), it made them print tracebacks and the run end with exit 1
+    # (BrokenProcessPool), leaving no checkpoint; now the workers ignore it from their first instruction.
+    proc = subprocess.Popen([sys.executable, str(ROOT / "ppo_evolve.py"), *TINY, "--workers", "2",
+                             "--run-dir", str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # its own group, as a terminal's job
+    give_up = time.time() + 300
+    workers = ["pgrep", "-P", str(proc.pid), "-f", "spawn_main"]
+    # Until both workers run and the parent catches SIGTERM again (in the moment it starts them it ignores
+    # Ctrl-C and SIGTERM, as they do: a Ctrl-C then is lost, and a second one stops the run).
+    while len(subprocess.run(workers, capture_output=True).stdout.split()) < 2 or not catches_sigterm(proc.pid):
+        assert time.time() < give_up and proc.poll() is None, proc.communicate()
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGINT)  # the workers are still importing torch
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert out.strip().splitlines()[-1] == f"stopped; continue with --resume {tmp_path / 'run'}"
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["global_step"] == 3072
 
 
 @pytest.mark.slow
