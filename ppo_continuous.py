@@ -5,12 +5,13 @@ tanh-squashed one, on MuJoCo's HalfCheetah by default.
     python ppo_continuous.py --env-id Hopper-v5 --squash
     python ppo_continuous.py --eval runs/<run> --gif run.gif
 
-CleanRL's settings, but the log std starts at -0.5 instead
-of 0, and the observation and reward statistics move once a
-rollout, not every step. Expect 3,400 to 5,500 on HalfCheetah
-after 1M steps (README.md). Tags such as [core-7] number the
-details of "The 37 Implementation Details of PPO" (Huang et
-al., 2022), listed in the README. Left out: the KL stop (aux-3).
+CleanRL's settings, but the log std starts at -0.5, not 0, the
+statistics of observations and rewards move once a rollout,
+not every step, and an episode cut by its time limit is
+bootstrapped, not taken for a death. Expect 3,400 to 5,500 on
+HalfCheetah after 1M steps (README.md). Tags such as [core-7]
+number the details of "The 37 Implementation Details of PPO"
+(Huang et al., 2022), listed in the README. Left out: the KL stop (aux-3).
 """
 import argparse
 import json
@@ -149,8 +150,8 @@ class Agent(nn.Module):
 
     def get_action_and_value(self, x, u=None, greedy=False):
         """x: (B, obs_dim); u: (B, action_size), a sample to
-        score, or None to draw one.
-        -> action, u, log pi(u|x), entropy, V(x)."""
+        score, or None to draw one. -> action, u, log-prob (the
+        action's if squashed, else u's), entropy, V(x)."""
         x = self.obs_norm(x)
         mean = self.actor_mean(x)
         logstd = self.actor_logstd.expand_as(mean)
@@ -176,7 +177,7 @@ class Agent(nn.Module):
         # u is stored for the same reason (atanh(a) would be
         # infinite there). The entropy (logged, and the --ent-coef
         # bonus) is the Gaussian's: the squashed one has no closed
-        # form. A wider Gaussian saturates more actions at a bound.
+        # form. log J cancels in the ratio (both at the stored u).
         scale = self.high / 2 - self.low / 2  # not (high - low) / 2: inf at float32's widest
         log_jacobian = scale.log() + 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
         action = (self.high / 2 + self.low / 2 + scale * torch.tanh(u)).clamp(self.low, self.high)
@@ -326,7 +327,7 @@ def train(args):
                 obs[step] = on_device(next_obs)
                 dones[step] = next_done
                 with torch.no_grad():  # the rollout only acts
-                    acted = agent.get_action_and_value(obs[step])  # a, u, log pi(u), H, V
+                    acted = agent.get_action_and_value(obs[step])  # a, u, log-prob, H, V
                 action, actions[step], logprobs[step], _, values[step] = acted
                 next_obs, reward, term, trunc, info = envs.step(action.cpu().numpy())
                 next_done = term | trunc
@@ -360,7 +361,7 @@ def train(args):
                            advantages=advantages, returns=returns, values=values))
             if not math.isfinite(means.pop("loss")):  # the total loss: checked, not logged
                 sys.exit(f"error: non-finite loss in update {iteration + 1}")
-            # The statistics take in the rollout only now: the update
+            # The obs statistics take in the rollout only now: the update
             # normalizes as the rollout did, so first ratios are 1.
             agent.obs_norm.update(obs.flatten(0, 1))
             iteration += 1
