@@ -46,8 +46,8 @@ from gymnasium.spaces import Box, Discrete, MultiBinary, MultiDiscrete
 from torch.distributions import Bernoulli, Categorical, Independent, Normal
 from tqdm import tqdm
 
-# No argument checks in the distributions: diverging weights
-# end in the non-finite loss message, not a traceback.
+# No argument checks in the distributions: weights that diverge
+# mid-update end in the non-finite loss message.
 torch.distributions.Distribution.set_default_validate_args(False)
 SCRIPT = "ppo_evolve"  # in every checkpoint
 FORMAT = 7  # the checkpoint's layout
