@@ -311,7 +311,7 @@ def train_member(member, global_step, args, generation, games, run_start):
     # One torch thread a member: the workers, side by side, fill the
     # cores (on the CPU: small networks ran slower on a GPU).
     torch.set_num_threads(1)
-    envs = make_envs(args, args.num_envs)  # new: unfinished episodes go unlogged
+    envs = make_envs(args, args.num_envs)  # new ones: each generation starts new episodes
     agent, optimizer = build(member, envs, args)
     # The PPO below reads the member's hyperparameters as flags.
     args = argparse.Namespace(**vars(args), **member["hparams"])
@@ -473,7 +473,7 @@ def train(args):
             best = fittest([best, *population])
             run.log_generation(dict(population=population, global_step=global_step, best=best,
                                     fitness_seeds=[args.seed + args.eval_episodes, games.stop]))
-        if fittest(population)["fitness"] >= target:  # the bar stops short: say why
+        if fittest(population)["fitness"] >= target:  # why the bar stops short
             tqdm.write(f"--target {target} reached: stopped after {global_step:,} steps")
             run.stop = 0  # finished: exit 0, no --resume
 
