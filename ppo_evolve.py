@@ -11,21 +11,23 @@ Each generation every member trains with its own values, then
 plays new episodes whose mean return is its fitness, a noisy
 score. The elite (the fittest) keeps its place and trains on;
 every other place goes to a copy of a tournament winner, weights
-and Adam's state included, with one value mutated. The fittest
-ever scored is kept for --eval. Members train side by side
-(--workers), on any task with a flat Box observation and
-Discrete, MultiDiscrete, MultiBinary or Box actions. Tags such
-as [core-7] number the details of "The 37 Implementation
-Details of PPO" (Huang et al., 2022; README). Left out:
-annealing (core-4) and the KL stop (aux-3), as evolution sets
-the rate and clip range, and normalization (cont-6 to cont-9).
+and Adam's state included, with one value mutated, where
+population-based training (Jaderberg et al., 2017) would
+replace only the worst. The fittest ever scored is kept for
+--eval. Members train side by side (--workers), on any task
+with a flat Box observation and Discrete, MultiDiscrete,
+MultiBinary or Box actions. Tags such as [core-7] number the
+details of "The 37 Implementation Details of PPO" (Huang et
+al., 2022; README). Left out: annealing (core-4) and the KL
+stop (aux-3), as evolution sets the rate and clip range, and
+normalization (cont-6 to cont-9).
 """
 import argparse
 import copy
 import io
 import json
 import math
-import multiprocessing.connection  # and multiprocessing
+import multiprocessing
 import os
 import re
 import signal
@@ -62,7 +64,7 @@ HPARAMS = dict(learning_rate=(1e-4, 3e-3), ent_coef=(1e-4, 0.03),
 def on_scale(name, value):
     """Draws and mutations take GAE's lambda as 1 - lambda, the
     inverse of its horizon: x1.2 takes 0.95 to 0.94, not past 1."""
-    return 1 - value if name == "gae_lambda" else value  # its own inverse
+    return 1 - value if name == "gae_lambda" else value
 
 @dataclass
 class Args:  # --help shows the comment after each field
@@ -697,11 +699,10 @@ def start_worker():
     stops after the generation), and ends with it, even killed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    def end_with_parent():
+        multiprocessing.parent_process().join()  # until the parent is gone
+        os._exit(1)
     threading.Thread(target=end_with_parent, daemon=True).start()
-
-def end_with_parent():
-    multiprocessing.connection.wait([multiprocessing.parent_process().sentinel])
-    os._exit(1)
 
 def ended_episodes(global_step, info, run_start):
     """episodes.csv's rows: the episodes that ended in a step."""
