@@ -50,7 +50,7 @@ class Args:  # --help shows the comment after each field
     num_envs: int = 8  # Envs stepped side by side.
     num_steps: int = 32  # Steps per env in each rollout.
     learning_rate: float = 1e-3  # Adam's rate at the start.
-    num_minibatches: int = 1  # Minibatches of envs per epoch.
+    num_minibatches: int = 2  # Minibatches of envs per epoch.
     update_epochs: int = 8  # Passes over each rollout.
     clip_coef: float = 0.2  # How far the ratio may leave 1.
     ent_coef: float = 0.0  # Weight of the entropy bonus.
@@ -311,7 +311,7 @@ def update(agent, optimizer, args, first, batch):
     for epoch in range(args.update_epochs):
         # [core-6, lstm-4] A minibatch is a random share of the envs,
         # each with its whole sequence of steps, in the order the
-        # LSTM must see them (by default one minibatch: all envs).
+        # LSTM must see them (by default 2 minibatches of 4 envs).
         shuffled = torch.randperm(args.num_envs, device=batch["obs"].device)
         for mb_inds in shuffled.split(len(shuffled) // args.num_minibatches):
             mb = {k: x[:, mb_inds] for k, x in batch.items()}

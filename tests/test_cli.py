@@ -214,7 +214,7 @@ def test_a_nonfinite_loss_stops_with_exit_1_and_keeps_the_last_good_checkpoint(n
     # The third update's loss is made non-finite; the checkpoint of the second must stay as it was.
     P = load_script(name)
     original, calls = P.ppo_loss, []
-    minibatches = {"ppo_atari": 4 * 4, "ppo_continuous": 2 * 4, "ppo_lstm": 8 * 1}[name]
+    minibatches = {"ppo_atari": 4 * 4, "ppo_continuous": 2 * 4, "ppo_lstm": 8 * 2}[name]
 
     def broken_in_update_3(*args, **kwargs):
         calls.append(1)

@@ -313,12 +313,27 @@ def test_learns_a_multibinary_and_a_multidiscrete_task(tmp_path, task):
     # Tasks of the tests' own (tiny_tasks.py), named module:id as a user names theirs: each step shows a target
     # action; the reward is the share of the action's parts that match it, 16 steps an episode. A random policy
     # earns 8 on MultiBinary(4) and 4.7 on MultiDiscrete([3, 4]). Seed 1, 16,384 steps, gamma 0.5 (the reward
-    # is immediate); measured, greedy, 20 episodes: 16.0 on both (the last 20 training episodes: 15.5, 15.9).
+    # is immediate); measured, greedy, 20 episodes: 16.0 on both (the last 20 training episodes: 15.8, 15.9) on
+    # a 2-core AMD EPYC with AVX2 only, with the default of 2 minibatches.
     run_dir = tmp_path / "run"
     P.train(P.parse_args(["--env-id", f"tiny_tasks:{task}", "--mask", "none", "--gamma", "0.5",
                           "--total-timesteps", "16384", "--run-dir", str(run_dir)]))
     scores = P.evaluate(P.parse_args(["--eval", str(run_dir), "--deterministic"]))
     assert scores.mean() >= 14, scores
+
+
+@pytest.mark.slow
+def test_with_nothing_masked_it_learns_a_task_that_needs_no_memory_about_as_fast_as_a_memoryless_ppo(tmp_path):
+    # tiny_tasks:MatchMultiDiscrete-v0 at the defaults (gamma 0.99), 30,720 steps, seed 1, then 100 sampled
+    # episodes from seed 1000: one observation tells the best action (16 at most). Measured on a 2-core AMD EPYC
+    # with AVX2 only, seeds 1-3: 15.8, 15.3, 15.4; with the earlier default of one minibatch 12.3, 11.0, 11.2;
+    # --no-memory 15.9, 15.4, 16.0; Stable-Baselines3's PPO at its defaults 14.9 on average (docs/ppo_lstm.md).
+    # The bar is a memoryless PPO's level less 1.
+    run_dir = tmp_path / "run"
+    P.train(P.parse_args(["--env-id", "tiny_tasks:MatchMultiDiscrete-v0", "--total-timesteps", "30720",
+                          "--run-dir", str(run_dir)]))
+    scores = P.evaluate(P.parse_args(["--eval", str(run_dir), "--eval-episodes", "100", "--seed", "1000"]))
+    assert scores.mean() >= 14, scores.mean()
 
 
 @pytest.mark.slow
@@ -338,15 +353,15 @@ def test_a_task_named_module_id_trains_and_evaluates_from_the_command_line(tmp_p
 @pytest.mark.slow
 def test_learns_masked_cartpole_and_the_control_does_not(tmp_path):
     # Seed 1 with the default budget (50k steps), then the final policy played greedily for 20 episodes.
-    # A fixed seed takes another path on another CPU, so the bar stands where seeds stand in for CPUs: 200, with
-    # the memoryless control below 100. Measured, greedy: on a 2-core Intel Xeon with AVX-512, seeds 1-8, 373.9
-    # to 500.0 (seed 1: 500.0); on a 2-core AMD EPYC with AVX2 only, seeds 1-16, 244.7 to 500.0 (475 or more on
-    # 12; seed 1: 494.3); the control 38.5 to 44.2 on seeds 1-3 there (docs/ppo_lstm.md).
+    # A fixed seed takes another path on another CPU, so the bar stands where seeds stand in for CPUs: 150, with
+    # the memoryless control below 100. Measured, greedy, on a 2-core AMD EPYC with AVX2 only, seeds 1-16 and
+    # 101-116: 183.6 to 500.0 (500.0 on 25; seed 1: 500.0); the control 41.0 to 41.5 on seeds 1-3 there
+    # (docs/ppo_lstm.md).
     scores = {}
     for memory in ("--memory", "--no-memory"):
         run_dir = tmp_path / memory
         P.train(P.parse_args(["--seed", "1", memory, "--run-dir", str(run_dir)]))
         checkpoint = str(run_dir / "checkpoint.pt")
         scores[memory] = P.evaluate(P.parse_args(["--eval", checkpoint, "--deterministic"])).mean()
-    assert scores["--memory"] >= 200, scores
+    assert scores["--memory"] >= 150, scores
     assert scores["--no-memory"] < 100, scores

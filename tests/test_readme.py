@@ -41,9 +41,9 @@ def test_the_first_run_works_as_written(tmp_path):
     assert again.returncode == 2 and "--run-dir" in refusal and "--resume runs/first" in refusal
     assert {p.name: p.read_bytes() for p in (tmp_path / "runs" / "first").iterdir()} == before
     # The score itself is a learning result: the README's was measured on the CPUs it names, and another
-    # CPU's floating-point sums take the run elsewhere. The bar is tests/test_lstm.py's for the same run (200,
-    # below the lowest of 24 seeds measured on two kinds of CPU, 244.7; the memoryless control scores about 41).
-    assert float(last.split(": ")[1].split()[0]) >= 200, last
+    # CPU's floating-point sums take the run elsewhere. The bar is tests/test_lstm.py's for the same run (150,
+    # below the lowest of 32 seeds measured on a 2-core AMD EPYC, 183.6; the memoryless control scores about 41).
+    assert float(last.split(": ")[1].split()[0]) >= 150, last
     assert (tmp_path / "runs" / "first" / "curve.png").exists()
 
 

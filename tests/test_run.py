@@ -213,7 +213,7 @@ def test_a_task_of_ones_own_is_found_from_the_folder_one_runs_in(name, tmp_path)
     # it: ppo_evolve.py wrote "target": Infinity for a task with no reward threshold.
     shutil.copy(ROOT / "tests" / "tiny_tasks.py", tmp_path / "my_tasks.py")
     budget = {"ppo_continuous": ["--num-steps", "64", "--num-minibatches", "2"],
-              "ppo_lstm": ["--num-envs", "1", "--num-steps", "64"],
+              "ppo_lstm": ["--num-envs", "1", "--num-minibatches", "1", "--num-steps", "64"],
               "ppo_evolve": ["--pop-size", "2", "--num-envs", "1", "--num-steps", "32", "--evo-steps", "32",
                              "--eval-episodes", "1", "--workers", "1", "--max-episode-steps", "16"]}[name]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -233,7 +233,8 @@ def test_a_task_with_no_render_mode_and_no_time_limit_trains_and_plays(name, tmp
     # tiny_tasks:Reach-v0 is made as gymnasium.make makes it: its constructor takes no render_mode, and it has
     # no time limit, so the run caps its episodes at --max-episode-steps (1,000 by default) and says so.
     budget = {"ppo_continuous": ["--num-steps", "1000", "--num-minibatches", "4", "--total-timesteps", "3000"],
-              "ppo_lstm": ["--num-envs", "1", "--num-steps", "500", "--total-timesteps", "3000"],
+              "ppo_lstm": ["--num-envs", "1", "--num-minibatches", "1", "--num-steps", "500",
+                           "--total-timesteps", "3000"],
               "ppo_evolve": ["--pop-size", "2", "--num-envs", "1", "--num-steps", "500", "--evo-steps", "1000",
                              "--total-timesteps", "4000", "--eval-episodes", "2"]}[name]
     run_dir = tmp_path / "run"
@@ -291,7 +292,7 @@ def test_no_score_until_an_episode_ends(name, tmp_path, capsys):
     P = module(name)
     argv = {"ppo_atari": ["--num-envs", "2", "--device", "cpu"],
             "ppo_continuous": ["--env-id", "Pendulum-v1", "--num-minibatches", "2", "--update-epochs", "1"],
-            "ppo_lstm": ["--env-id", "Pendulum-v1", "--num-envs", "1"]}[name]
+            "ppo_lstm": ["--env-id", "Pendulum-v1", "--num-envs", "1", "--num-minibatches", "1"]}[name]
     P.train(P.parse_args([*argv, "--num-steps", "64", "--total-timesteps", "64", "--run-dir", str(tmp_path)]))
     last = capsys.readouterr().out.strip().splitlines()[-1]
     # The score's measure first, so that "none" is not followed by "(the last 20 episodes)".
@@ -304,8 +305,8 @@ ONE_ENV = {
     "ppo_atari": ["--num-envs", "1", "--num-steps", "64", "--max-episode-frames", "400", "--device", "cpu"],
     "ppo_continuous": ["--env-id", "Pendulum-v1", "--max-episode-steps", "100", "--num-steps", "64",
                        "--num-minibatches", "2", "--update-epochs", "2"],
-    "ppo_lstm": ["--env-id", "Pendulum-v1", "--max-episode-steps", "100", "--num-envs", "1", "--num-steps", "64",
-                 "--update-epochs", "2"],
+    "ppo_lstm": ["--env-id", "Pendulum-v1", "--max-episode-steps", "100", "--num-envs", "1", "--num-minibatches", "1",
+                 "--num-steps", "64", "--update-epochs", "2"],
 }
 
 
