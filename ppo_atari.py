@@ -242,7 +242,7 @@ def update(agent, optimizer, args, batch, clip_coef):
             # norm is over max_grad_norm: no step is wild.
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
-            stats.append(dict(loss=loss.detach(), **mb_stats))
+            stats.append(mb_stats)
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
 def train(args):
@@ -313,8 +313,8 @@ def train(args):
             batch = dict(obs=obs, actions=actions, logprobs=logprobs,
                          advantages=advantages, returns=returns, values=values)
             means = update(agent, optimizer, args, batch, clip_coef)
-            if not math.isfinite(means.pop("loss")):  # the total loss: checked, not logged
-                sys.exit(f"error: non-finite loss in update {iteration + 1}")
+            if not all(p.isfinite().all() for p in agent.parameters()):  # a step diverged
+                sys.exit(f"error: non-finite weights after update {iteration + 1}")
             iteration += 1
             # ---- 5. logging
             state = dict(model=agent.state_dict(), optimizer=optimizer.state_dict(),

@@ -49,7 +49,7 @@ from torch.distributions import Bernoulli, Categorical, Independent, Normal
 from tqdm import tqdm
 
 # No argument checks in the distributions: weights that diverge
-# mid-update end in the non-finite loss message.
+# mid-update end in the non-finite weights message.
 torch.distributions.Distribution.set_default_validate_args(False)
 SCRIPT = "ppo_evolve"  # in every checkpoint
 FORMAT = 7  # the checkpoint's layout
@@ -276,8 +276,8 @@ def update(agent, optimizer, args, batch):
             # norm is over max_grad_norm: no step is wild.
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
-            stats.append(torch.stack([loss.detach(), *mb_stats.values()]))
-    return dict(zip(["loss", *mb_stats], torch.stack(stats).mean(0).tolist()))
+            stats.append(torch.stack(list(mb_stats.values())))
+    return dict(zip(mb_stats, torch.stack(stats).mean(0).tolist()))
 
 # A member is a dict of plain data, as the checkpoint holds it:
 # id (generation x pop_size + place; the elite keeps its id),
@@ -362,8 +362,8 @@ def train_member(member, global_step, args, generation, games, run_start):
         # ---- 4. update
         means = update(agent, optimizer, args, dict(obs=obs, actions=actions, logprobs=logprobs,
                        advantages=advantages, returns=returns, values=values))
-        if not math.isfinite(means.pop("loss")):  # the total loss: checked, not logged
-            raise FloatingPointError(f"non-finite loss, member {member['id']}")
+        if not all(p.isfinite().all() for p in agent.parameters()):  # a step diverged
+            raise FloatingPointError(f"non-finite weights, member {member['id']}")
         # ---- 5. logging
         sps = rewards.size / (time.time() - started)
         rows["updates"].append(dict(

@@ -36,7 +36,7 @@ from torch.distributions import Bernoulli, Categorical, Independent, Normal
 from tqdm import tqdm
 
 # No argument checks in the distributions: weights that diverge
-# mid-update end in the non-finite loss message.
+# mid-update end in the non-finite weights message.
 torch.distributions.Distribution.set_default_validate_args(False)
 SCRIPT = "ppo_lstm"  # in every checkpoint
 FORMAT = 6  # the checkpoint's layout
@@ -344,7 +344,7 @@ def update(agent, optimizer, args, first, batch):
             # norm is over max_grad_norm: no step is wild.
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
-            stats.append(dict(loss=loss.detach(), **mb_stats))
+            stats.append(mb_stats)
     return {k: torch.stack([s[k] for s in stats]).mean().item() for k in stats[0]}
 
 def train(args):
@@ -424,8 +424,8 @@ def train(args):
             means = update(agent, optimizer, args, first, dict(
                 obs=obs, dones=dones, actions=actions, logprobs=logprobs,
                 advantages=advantages, returns=returns, values=values))
-            if not math.isfinite(means.pop("loss")):  # the total loss: checked, not logged
-                sys.exit(f"error: non-finite loss in update {iteration + 1}")
+            if not all(p.isfinite().all() for p in agent.parameters()):  # a step diverged
+                sys.exit(f"error: non-finite weights after update {iteration + 1}")
             # The statistics take in the rollout only now: the update normalizes as the rollout did.
             agent.obs_norm.update(obs.flatten(0, 1)[:, agent.visible])
             iteration += 1

@@ -225,8 +225,36 @@ def test_a_nonfinite_loss_stops_with_exit_1_and_keeps_the_last_good_checkpoint(n
     args = P.parse_args([*SMALL[name], "--total-timesteps", "1280", "--run-dir", str(tmp_path)])
     with pytest.raises(SystemExit) as e:
         P.train(args)
-    assert "non-finite loss in update 3" in str(e.value.code) and str(e.value.code).startswith("error")
+    assert "non-finite weights after update 3" in str(e.value.code) and str(e.value.code).startswith("error")
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["iteration"] == 2
     assert len(read_csv(tmp_path / "updates.csv")) == 2 and (tmp_path / "curve.png").exists()
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_a_finite_loss_with_a_nonfinite_gradient_stops_before_its_weights_are_saved(name, tmp_path,
+                                                                                    monkeypatch):
+    # Every loss stays finite; the last gradient step of update 3 gets one nan in its gradient, as a
+    # finite loss whose backward pass overflows would give. Adam writes it into a weight.
+    P = load_script(name)
+    original, calls = P.nn.utils.clip_grad_norm_, []
+    minibatches = {"ppo_atari": 4 * 4, "ppo_continuous": 2 * 4, "ppo_lstm": 8 * 2}[name]
+
+    def nan_gradient_in_update_3(parameters, *args, **kwargs):
+        parameters = list(parameters)
+        norm = original(parameters, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 3 * minibatches:  # the last step of update 3
+            grad = parameters[0].grad
+            grad[(0,) * grad.dim()] = float("nan")  # its first element
+        return norm
+
+    monkeypatch.setattr(P.nn.utils, "clip_grad_norm_", nan_gradient_in_update_3)
+    args = P.parse_args([*SMALL[name], "--total-timesteps", "1280", "--run-dir", str(tmp_path)])
+    with pytest.raises(SystemExit) as e:
+        P.train(args)
+    assert len(calls) == 3 * minibatches  # no step after it
+    assert "non-finite weights after update 3" in str(e.value.code) and str(e.value.code).startswith("error")
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert saved["iteration"] == 2 and all(x.isfinite().all() for x in saved["model"].values())
 
 

@@ -441,13 +441,38 @@ def test_nonfinite_loss_stops_with_exit_1_and_keeps_the_last_good_checkpoint(tmp
     with pytest.raises(SystemExit) as e:
         P.train(P.parse_args([*TINY, "--save-interval", "0", "--run-dir", str(tmp_path)]))
     message = str(e.value.code)
-    assert message.startswith("error: ") and "non-finite loss, member 4" in message  # the elite trained first
+    assert message.startswith("error: ") and "non-finite weights, member 4" in message  # the elite trained first
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert ckpt["global_step"] == 3072  # generation 0, whole
     rows = read_csv(tmp_path / "population.csv")
     assert list(rows["generation"]) == [0, 0, 0, 1]
     assert [m["fitness"] for m in ckpt["population"]] == list(rows["fitness"][:3])
     assert len(read_csv(tmp_path / "updates.csv")) == 4 and (tmp_path / "curve.png").exists()
+
+
+
+@pytest.mark.slow
+def test_a_finite_loss_with_a_nonfinite_gradient_ends_the_run_before_the_member_is_kept(tmp_path, monkeypatch):
+    # Every loss stays finite; member 4's last gradient step (its generation's one update, 16 steps, after
+    # generation 0's 3 members and the elite) gets one nan, as a backward pass that overflows would give.
+    original, calls = P.nn.utils.clip_grad_norm_, []
+
+    def nan_gradient_of_member_4(parameters, *args, **kwargs):
+        parameters = list(parameters)
+        norm = original(parameters, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 5 * 16:
+            parameters[0].grad[0, 0] = float("nan")  # Adam writes it into a weight
+        return norm
+
+    monkeypatch.setattr(P.nn.utils, "clip_grad_norm_", nan_gradient_of_member_4)
+    with pytest.raises(SystemExit) as e:
+        P.train(P.parse_args([*TINY, "--save-interval", "0", "--run-dir", str(tmp_path)]))
+    assert str(e.value.code) == "error: FloatingPointError('non-finite weights, member 4')"
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert ckpt["global_step"] == 3072  # generation 0, whole
+    rows = read_csv(tmp_path / "population.csv")
+    assert list(rows["member"]) == [0, 1, 2, rows["member"][3]] and 4 not in rows["member"]  # the elite, not 4
 
 
 @pytest.mark.slow
