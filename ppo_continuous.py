@@ -401,7 +401,7 @@ def parse_args(argv=None):
     if args.resume:  # go on where the checkpoint is now
         folder = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
         args.run_dir = folder or "."
-    args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
+    args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{time.time_ns()}"
     value = vars(args)  # each flag's, by name
     # Any other number is a size or a rate (None: a flag unset).
     sizes = [k for k, x in value.items() if type(x) in [int, float] and k not in ZERO_OK]

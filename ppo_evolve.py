@@ -508,7 +508,7 @@ def parse_args(argv=None):
     if args.resume:  # go on where the checkpoint is now
         folder = args.resume if os.path.isdir(args.resume) else os.path.dirname(args.resume)
         args.run_dir = folder or "."
-    name = f"{args.env_id}__{SCRIPT}__{args.seed}__{int(time.time())}"
+    name = f"{args.env_id}__{SCRIPT}__{args.seed}__{time.time_ns()}"
     args.run_dir = args.run_dir or f"runs/{name}"
     value = vars(args)  # each flag's, by name
     # Any other number but the target is a size (None: unset).

@@ -387,6 +387,16 @@ def test_a_run_reads_no_cuda_generator_and_a_resume_seeds_cuda_anew(name, tmp_pa
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
+def test_runs_started_in_the_same_second_get_folders_of_their_own(name, tmp_path, monkeypatch):
+    # A sweep started with & in a shell: the same task and seed, other flags. The default folder was named by the
+    # second, so the second run of a second found it taken and ended (exit 1 or 2, naming a flag it was not given).
+    monkeypatch.chdir(tmp_path)
+    P = module(name)
+    folders = {P.parse_args(["--gamma", str(gamma)]).run_dir for gamma in [0.99, 0.98]}
+    assert len(folders) == 2 and all(folder.startswith("runs/") for folder in folders)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_a_folder_a_run_left_without_a_checkpoint_says_so_and_what_to_do(name, tmp_path, capsys):
     # A run that crashed before its first save leaves logs and no checkpoint: --resume cannot go on from it,
     # so the refusal of --run-dir does not send the user there; with a checkpoint it names --resume.
