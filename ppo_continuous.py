@@ -575,12 +575,12 @@ class Run(AbstractContextManager):  # with Run(...) as run
 
     def __exit__(self, error, *_):
         self.bar.close()
-        self.save(checkpoint=error is None)  # after an error, the last good one stays
+        self.save(checkpoint=not error)  # after an error, the last good one stays
         self.lock.release()
-        if error is None and self.stop:  # exit 130 or 143
+        if not error and self.stop and self.bar.n < self.bar.total:  # cut short: 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
-        if error is None:
+        if not error:
             print(f"{self.dir}: the last 20 episodes' score: {self.shown_score()};"
                   f" evaluate: python {sys.argv[0]} --eval {self.dir}")
 

@@ -684,11 +684,11 @@ class Run(AbstractContextManager):  # with Run(...) as run
                 worker.kill()
         self.pool.shutdown(cancel_futures=True)
         self.bar.close()
-        self.save(checkpoint=error is None)
+        self.save(checkpoint=not error)
         self.lock.release()
         if error:
             sys.exit(f"error: {value!r}")
-        if self.stop:  # exit 130 or 143
+        if self.stop and self.bar.n < self.bar.total:  # cut short: 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
         print(f"{self.dir}: best fitness (the luckiest): {self.shown_score()};"

@@ -209,6 +209,34 @@ def test_ctrl_c_saves_and_exits_130(tmp_path):
 
 
 @pytest.mark.parametrize("name", list(SMALL))
+@pytest.mark.parametrize("update, status", [(4, 143), (5, 0)])
+def test_a_stop_asked_in_the_last_update_ends_as_a_finished_run(name, update, status, tmp_path, monkeypatch,
+                                                                 capsys):
+    # SIGTERM, as its handler sets it, while update 4 or 5 of 5 runs. After update 4 the run is cut short:
+    # exit 143 and "continue with --resume". After the last one nothing is left to do: no SystemExit, the
+    # closing line (it said 143 and "--resume", and a resume trained nothing).
+    P = load_script(name)
+    log_update = P.Run.log_update
+
+    def stop_during(run, global_step, state, **row):
+        if global_step == 256 * update:
+            run.stop = signal.SIGTERM
+        log_update(run, global_step, state, **row)
+
+    monkeypatch.setattr(P.Run, "log_update", stop_during)
+    args = P.parse_args([*SMALL[name], "--total-timesteps", "1280", "--run-dir", str(tmp_path)])
+    if status:
+        with pytest.raises(SystemExit) as e:
+            P.train(args)
+        assert e.value.code == status
+    else:
+        P.train(args)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert ("--resume" in last) == bool(status) and ("--eval" in last) == (not status)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["iteration"] == update
+
+
+@pytest.mark.parametrize("name", list(SMALL))
 def test_a_nonfinite_loss_stops_with_exit_1_and_keeps_the_last_good_checkpoint(name, tmp_path,
                                                                               monkeypatch):
     # The third update's loss is made non-finite; the checkpoint of the second must stay as it was.

@@ -555,6 +555,33 @@ def test_a_stop_asked_in_the_generation_that_reaches_the_target_ends_as_a_finish
     assert "--target -1000000000.0 reached" in out and "--resume" not in out and "best fitness" in out
 
 
+@pytest.mark.parametrize("generation, status", [(0, 143), (1, 0)])
+def test_a_stop_asked_in_the_last_generation_ends_as_a_finished_run(generation, status, tmp_path, monkeypatch,
+                                                                    capsys):
+    # SIGTERM, as its handler sets it, during generation 0 or 1 of 2 (no target reached). After generation 0
+    # the run is cut short: exit 143 and "--resume". After the last one nothing is left to do: no SystemExit,
+    # the closing line.
+    log_generation = P.Run.log_generation
+
+    def stop_during(run, state):
+        if state["global_step"] == 3072 * (generation + 1):
+            run.stop = signal.SIGTERM
+        log_generation(run, state)
+
+    monkeypatch.setattr(P.Run, "log_generation", stop_during)
+    args = P.parse_args([*TINY, "--run-dir", str(tmp_path)])
+    if status:
+        with pytest.raises(SystemExit) as e:
+            P.train(args)
+        assert e.value.code == status
+    else:
+        P.train(args)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert ("--resume" in last) == bool(status) and ("--eval" in last) == (not status)
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert saved["global_step"] == 3072 * (generation + 1)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["MatchMultiBinary-v0", "MatchMultiDiscrete-v0"])
 def test_a_small_population_learns_a_multibinary_and_a_multidiscrete_task(tmp_path, task):
