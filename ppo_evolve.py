@@ -634,7 +634,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
             for row in rows[name]:
                 self.write(f"{name}.csv", row)
         self.curve += [(r["global_step"], r["fitness"]) for r in rows["population"]]
-        self.bar.update(steps)
+        self.bar.n += steps  # even if disabled
         self.bar.set_postfix_str(f"best fitness {self.shown_score()}")
 
     def log_generation(self, state):
@@ -688,7 +688,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.lock.release()
         if error:
             sys.exit(f"error: {value!r}")
-        if self.stop and self.bar.n < self.bar.total:  # cut short: 130 or 143
+        if self.stop and self.bar.n < self.bar.total:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
         print(f"{self.dir}: best fitness (the luckiest): {self.shown_score()};"

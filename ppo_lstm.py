@@ -611,7 +611,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         sps = (global_step - self.bar.n) / (time.time() - self.last)
         self.last = time.time()
         self.write("updates.csv", dict(global_step=global_step, sps=sps, **row))
-        self.bar.update(global_step - self.bar.n)
+        self.bar.n = global_step  # even if disabled
         self.bar.set_postfix_str(f"score {self.shown_score()}")
         self.state = state  # what the next save writes
         if time.time() >= self.due:
@@ -652,7 +652,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         self.bar.close()
         self.save(checkpoint=not error)  # after an error, the last good one stays
         self.lock.release()
-        if not error and self.stop and self.bar.n < self.bar.total:  # cut short: 130 or 143
+        if not error and self.stop and self.bar.n < self.bar.total:  # exit 130 or 143
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
         if not error:

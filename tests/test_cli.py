@@ -10,6 +10,7 @@ import time
 
 import pytest
 import torch
+from tqdm import tqdm
 
 from conftest import ROOT, SCRIPTS, load_script, read_csv, run
 
@@ -234,6 +235,36 @@ def test_a_stop_asked_in_the_last_update_ends_as_a_finished_run(name, update, st
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert ("--resume" in last) == bool(status) and ("--eval" in last) == (not status)
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["iteration"] == update
+
+
+class DisabledBar(tqdm):
+    """Every bar as TQDM_DISABLE=1 makes it (tqdm reads the variable when it is imported): its update() counts
+    nothing."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, disable=True, **kwargs)
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_with_the_bar_disabled_sps_counts_one_update_and_a_stop_in_the_last_still_finishes(name, tmp_path,
+                                                                                         monkeypatch, capsys):
+    # The Run reads the step count of the update before from the bar: sps divides the steps since then by the
+    # update's time, and the exit status asks whether the bar reached its end. A disabled bar's update()
+    # counted nothing: sps counted from the run's start, and a stop in the last update was reported as 143.
+    P = load_script(name)
+    monkeypatch.setattr(P, "tqdm", DisabledBar)
+    log_update, counted = P.Run.log_update, []
+
+    def stop_during_the_last(run, global_step, state, **row):
+        counted.append(run.bar.n)
+        if global_step == 1280:
+            run.stop = signal.SIGTERM
+        log_update(run, global_step, state, **row)
+
+    monkeypatch.setattr(P.Run, "log_update", stop_during_the_last)
+    P.train(P.parse_args([*SMALL[name], "--total-timesteps", "1280", "--run-dir", str(tmp_path)]))  # exit 0
+    assert counted == [0, 256, 512, 768, 1024]
+    assert "--eval" in capsys.readouterr().out.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize("name", list(SMALL))

@@ -582,6 +582,26 @@ def test_a_stop_asked_in_the_last_generation_ends_as_a_finished_run(generation, 
     assert saved["global_step"] == 3072 * (generation + 1)
 
 
+def test_with_the_bar_disabled_a_stop_in_the_last_generation_still_finishes(tmp_path, monkeypatch, capsys):
+    # As TQDM_DISABLE=1 makes every bar: its update() counts nothing, and the exit status asks whether the
+    # bar reached its end.
+    class DisabledBar(P.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, disable=True, **kwargs)
+
+    monkeypatch.setattr(P, "tqdm", DisabledBar)
+    log_generation = P.Run.log_generation
+
+    def stop_during_the_last(run, state):
+        if state["global_step"] == 6144:
+            run.stop = signal.SIGTERM
+        log_generation(run, state)
+
+    monkeypatch.setattr(P.Run, "log_generation", stop_during_the_last)
+    P.train(P.parse_args([*TINY, "--run-dir", str(tmp_path)]))  # no SystemExit
+    assert "--eval" in capsys.readouterr().out.strip().splitlines()[-1]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["MatchMultiBinary-v0", "MatchMultiDiscrete-v0"])
 def test_a_small_population_learns_a_multibinary_and_a_multidiscrete_task(tmp_path, task):
