@@ -72,11 +72,11 @@ def make_envs(args, num_envs):  # train() says how they reset
     # task of one's own need not take render_mode at all.
     settings = dict(render_mode="rgb_array") if args.gif else {}
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no display
-    # MuJoCo draws through EGL, from its tracking camera (task_rules
-    # imported a module:id task's module, so gym.spec finds it).
+    # MuJoCo draws from its tracking camera: EGL on Linux (no display),
+    # else GLFW. gym.spec finds a module:id task: task_rules imported it.
     if args.gif and "mujoco" in str(gym.spec(args.env_id.split(":")[-1]).entry_point):
         settings["camera_name"] = "track"
-        os.environ.setdefault("MUJOCO_GL", "egl")
+        os.environ.setdefault("MUJOCO_GL", "egl" if sys.platform == "linux" else "glfw")
     make = partial(gym.make, args.env_id, max_episode_steps=args.max_episode_steps, **settings)
     # [core-1] Several envs can step side by side: more data
     # per network call, less correlated samples.

@@ -267,3 +267,18 @@ def test_learns_inverted_pendulum_and_the_reloaded_agent_scores_the_same(tmp_pat
     assert returns[:20].mean() < 100 and returns[-20:].mean() >= 950, (returns[:20].mean(), returns[-20:].mean())
     evaluated = P.evaluate(P.parse_args(["--eval", str(tmp_path / "checkpoint.pt"), "--eval-episodes", "10"]))
     assert evaluated.mean() >= 950, evaluated
+
+
+@pytest.mark.parametrize("platform, backend", [("linux", "egl"), ("darwin", "glfw"), ("win32", "glfw")])
+def test_a_mujoco_gif_draws_by_egl_on_linux_and_by_glfw_elsewhere(platform, backend, monkeypatch):
+    # EGL draws with no display, but macOS has none: MUJOCO_GL=egl there made every MuJoCo --gif fail, where
+    # GLFW (what a Mac draws with) works. A user's own MUJOCO_GL is kept.
+    monkeypatch.setattr(P.sys, "platform", platform)
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")  # first set here, so that the end of the test restores it
+    for own in [None, "osmesa"]:
+        if own:
+            monkeypatch.setenv("MUJOCO_GL", own)
+        else:
+            monkeypatch.delenv("MUJOCO_GL", raising=False)
+        P.make_envs(P.Args(env_id="HalfCheetah-v5", gif="a.gif"), 1).close()  # made, not drawn
+        assert P.os.environ["MUJOCO_GL"] == (own or backend)
