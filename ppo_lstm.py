@@ -163,9 +163,9 @@ class Memory(nn.Module):
         """x: (T, B, 64) from state (h, c); done: (T, B), 1 where
         an episode starts. -> (T * B, out), the state after."""
         # [lstm-3] The state is zeroed where an episode starts, and only
-        # there: at a rollout's start it goes on. Step by step, the LSTM
-        # steps on x[t] from state * (1 - done[t]); the same, faster: one
-        # call per stretch from each step where some env starts one (and 0).
+        # there: at a rollout's start it goes on. A stretch of steps begins
+        # at step 0 and wherever some env starts an episode; inside one only
+        # its first step zeroes a state, so one LSTM call runs the stretch.
         starts = [t for t, new in enumerate(done.any(1).tolist()) if t == 0 or new]
         outputs = []
         for start, end in zip(starts, starts[1:] + [len(x)]):
@@ -409,7 +409,7 @@ def train(args):
                 # A time limit is not a death: the episode would have gone on.
                 # The env has reset it (its last obs is in info["final_obs"]),
                 # and GAE, seeing a done, drops V(next_obs), the new episode's:
-                # gamma V(the cut one's last obs, read with its memory) joins it.
+                # gamma V(the cut one's last obs, with its memory) joins the reward.
                 cut = trunc & ~term
                 if cut.any():
                     final_obs = on_device(np.stack(info["final_obs"][cut]))
@@ -426,7 +426,7 @@ def train(args):
                 advantages=advantages, returns=returns, values=values))
             if not all(p.isfinite().all() for p in agent.parameters()):  # a step diverged
                 sys.exit(f"error: non-finite weights after update {iteration + 1}")
-            # The statistics take in the rollout only now: the update normalizes as the rollout did.
+            # The statistics take in the rollout only now: update() normalized as the rollout did.
             agent.obs_norm.update(obs.flatten(0, 1)[:, agent.visible])
             iteration += 1
             # ---- 5. logging
