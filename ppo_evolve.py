@@ -616,6 +616,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
         for s in [signal.SIGINT, signal.SIGTERM]:
             signal.signal(s, signal.SIG_IGN)
         spawn = multiprocessing.get_context("spawn")
+        self.others = multiprocessing.active_children()  # the caller's own
         self.pool = ProcessPoolExecutor(args.workers, spawn, initializer=start_worker)
         self.pool.map(int, range(args.workers))  # a job each: all start now
         self.state = {}  # what the checkpoint holds
@@ -678,9 +679,9 @@ class Run(AbstractContextManager):  # with Run(...) as run
         plt.close()
 
     def __exit__(self, error, value, _):
-        # After an error the last good checkpoint stays; workers end.
+        # After an error the last good checkpoint stays; the pool's workers end.
         if error:
-            for worker in multiprocessing.active_children():
+            for worker in set(multiprocessing.active_children()) - set(self.others):
                 worker.kill()
         self.pool.shutdown(cancel_futures=True)
         self.bar.close()

@@ -3,6 +3,7 @@ stopping target, and its command line."""
 import copy
 import dataclasses
 import io
+import multiprocessing
 import os
 import re
 import shutil
@@ -660,6 +661,21 @@ def test_a_members_error_ends_the_run_in_one_line_and_no_worker_outlives_it(tmp_
     while any(os.path.exists(f"/proc/{pid}") for pid in workers) and time.time() < deadline:
         time.sleep(0.1)
     assert workers and not any(os.path.exists(f"/proc/{pid}") for pid in workers)
+
+
+def test_a_members_error_spares_the_callers_own_processes(tmp_path):
+    # A program that calls train() may have processes of its own (a multiprocessing Manager, DataLoader workers):
+    # on an error the run ended every child of the process, those too. Here the members train in this process.
+    own = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
+    own.start()
+    try:
+        with pytest.raises(SystemExit) as e:
+            P.train(P.parse_args(["--env-id", "tiny_tasks:Broken-v0", *TINY, "--run-dir", str(tmp_path)]))
+        assert e.value.code == "error: RuntimeError('the task broke')"
+        assert own.is_alive()
+    finally:
+        own.kill()
+        own.join()
 
 
 def catches_sigterm(pid):
