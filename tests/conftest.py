@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from tqdm import tqdm
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Each script joins the shared harness (test_math.py, test_spec.py, test_cli.py) by adding its name here.
@@ -44,6 +45,24 @@ class InProcess:
 
     def shutdown(self, **kwargs):
         pass
+
+
+class DisabledBar(tqdm):
+    """Every bar as TQDM_DISABLE=1 makes it (tqdm reads the variable when it is imported): its update() counts
+    nothing. A test puts it in a script's place of tqdm."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, disable=True, **kwargs)
+
+
+def train_to_the_end(P, args, status):
+    """P.train(args), which must end with SystemExit(status), or return (a finished run) where status is 0."""
+    if status:
+        with pytest.raises(SystemExit) as e:
+            P.train(args)
+        assert e.value.code == status
+    else:
+        P.train(args)
 
 
 @pytest.fixture(autouse=True)

@@ -10,9 +10,8 @@ import time
 
 import pytest
 import torch
-from tqdm import tqdm
 
-from conftest import ROOT, SCRIPTS, load_script, read_csv, run
+from conftest import ROOT, SCRIPTS, DisabledBar, load_script, read_csv, run, train_to_the_end
 
 # A few updates of 256 environment steps each, with a checkpoint after every update.
 SMALL = {
@@ -225,24 +224,11 @@ def test_a_stop_asked_in_the_last_update_ends_as_a_finished_run(name, update, st
         log_update(run, global_step, state, **row)
 
     monkeypatch.setattr(P.Run, "log_update", stop_during)
-    args = P.parse_args([*SMALL[name], "--total-timesteps", "1280", "--run-dir", str(tmp_path)])
-    if status:
-        with pytest.raises(SystemExit) as e:
-            P.train(args)
-        assert e.value.code == status
-    else:
-        P.train(args)
+    train_to_the_end(P, P.parse_args([*SMALL[name], "--total-timesteps", "1280", "--run-dir", str(tmp_path)]),
+                     status)
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert ("--resume" in last) == bool(status) and ("--eval" in last) == (not status)
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["iteration"] == update
-
-
-class DisabledBar(tqdm):
-    """Every bar as TQDM_DISABLE=1 makes it (tqdm reads the variable when it is imported): its update() counts
-    nothing."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, disable=True, **kwargs)
 
 
 @pytest.mark.parametrize("name", list(SMALL))

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import tiny_tasks  # noqa: F401  (registers the tests' own tasks)
-from conftest import ROOT, InProcess, load_script
+from conftest import ROOT, DisabledBar, InProcess, load_script, train_to_the_end
 
 P = load_script("ppo_evolve")
 ARGS = P.Args()
@@ -570,13 +570,7 @@ def test_a_stop_asked_in_the_last_generation_ends_as_a_finished_run(generation, 
         log_generation(run, state)
 
     monkeypatch.setattr(P.Run, "log_generation", stop_during)
-    args = P.parse_args([*TINY, "--run-dir", str(tmp_path)])
-    if status:
-        with pytest.raises(SystemExit) as e:
-            P.train(args)
-        assert e.value.code == status
-    else:
-        P.train(args)
+    train_to_the_end(P, P.parse_args([*TINY, "--run-dir", str(tmp_path)]), status)
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert ("--resume" in last) == bool(status) and ("--eval" in last) == (not status)
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
@@ -586,10 +580,6 @@ def test_a_stop_asked_in_the_last_generation_ends_as_a_finished_run(generation, 
 def test_with_the_bar_disabled_a_stop_in_the_last_generation_still_finishes(tmp_path, monkeypatch, capsys):
     # As TQDM_DISABLE=1 makes every bar: its update() counts nothing, and the exit status asks whether the
     # bar reached its end.
-    class DisabledBar(P.tqdm):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, disable=True, **kwargs)
-
     monkeypatch.setattr(P, "tqdm", DisabledBar)
     log_generation = P.Run.log_generation
 
