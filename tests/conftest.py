@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from tqdm import tqdm
 
@@ -78,6 +79,27 @@ def restore_signal_handlers():
 @pytest.fixture(params=SCRIPTS, scope="module")
 def script(request):
     return load_script(request.param)
+
+
+def pooled_variance(batches, prior_count=1e-4):
+    """The variance a RunningNorm should hold after taking in these batches, computed in one go, apart from its
+    batch-by-batch merge: all the data pooled with its starting statistics (mean 0, variance 1, a count of 1e-4).
+    For two groups, Var = sum over groups of count * (variance + (group mean - overall mean)^2) / total count."""
+    x = np.concatenate([np.asarray(b, dtype=np.float64) for b in batches])
+    total = len(x) + prior_count
+    mean = x.sum(0) / total  # the starting mean is 0
+    return (prior_count * (1 + mean ** 2) + len(x) * (x.var(0) + (x.mean(0) - mean) ** 2)) / total, mean
+
+
+def discounted_sums(steps, gamma):
+    """Each env's discounted sum of the rewards so far, at every step, restarted after an episode ends: what
+    the return statistics take in. steps: (reward, terminated, truncated, ...) per vector step, in order."""
+    sums, running = [], np.zeros(len(steps[0][0]))
+    for reward, term, trunc, *_ in steps:
+        running = running * gamma + reward
+        sums.append(running.copy())
+        running[term | trunc] = 0
+    return np.concatenate(sums)
 
 
 def pytest_configure(config):

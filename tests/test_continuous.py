@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.distributions import AffineTransform, Independent, Normal, TanhTransform, TransformedDistribution
 
-from conftest import ROOT, load_script
+from conftest import ROOT, discounted_sums, load_script, pooled_variance
 
 P = load_script("ppo_continuous")
 SMALL = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--num-minibatches", "4", "--update-epochs", "2"]
@@ -156,7 +156,10 @@ def test_truncation_bootstraps_from_the_final_observations_value(tmp_path, monke
     def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
         agent, steps = seen["agent"], seen["steps"][-len(rewards):]  # this rollout's steps
         raw = torch.tensor(np.array([s[0] for s in steps]), dtype=torch.float32)
-        scaled = (raw / (agent.return_norm.var.float() + 1e-8).sqrt()).clamp(-10, 10)
+        # The scale from every discounted sum so far, computed apart from the script's statistics.
+        var = pooled_variance([discounted_sums(seen["steps"], gamma)])[0]
+        torch.testing.assert_close(agent.return_norm.var, torch.tensor(var), rtol=1e-6, atol=0)
+        scaled = (raw / torch.tensor(var + 1e-8).sqrt().float()).clamp(-10, 10)
         expected = scaled.clone()
         for t, (_, term, trunc, final_obs) in enumerate(steps):
             for i in np.flatnonzero(trunc & ~term):
@@ -194,6 +197,8 @@ def test_update_starts_from_the_rollouts_numbers(tmp_path, monkeypatch):
         run_dir = str(tmp_path / squash)
         P.train(P.parse_args([*SMALL, squash, "--total-timesteps", "768", "--run-dir", run_dir]))
         assert len(calls) == 3 * 2 * 4
+        for call in calls:  # [core-7] each minibatch's advantages reach the loss with mean 0 and std 1
+            assert abs(call[2].mean()) < 1e-5 and abs(call[2].std() - 1) < 1e-4
         for update in range(3):
             newlogprob, oldlogprob, _, newvalue, oldvalue = calls[update * 8]
             torch.testing.assert_close(newlogprob, oldlogprob, rtol=0, atol=1e-5)

@@ -57,11 +57,6 @@ def unpack(member):
     return torch.load(io.BytesIO(member["state"]), weights_only=True)
 
 
-def adam_tensors(member):
-    """The member's Adam state as {(parameter index, key): tensor}."""
-    return {(i, k): v for i, state in unpack(member)["adam"]["state"].items() for k, v in state.items()}
-
-
 def children(seeds=range(30)):
     """(parent, child) pairs made by next_generation."""
     pairs = []
@@ -118,24 +113,6 @@ def test_a_copy_has_its_parents_weights_and_adam_state_and_its_own_learning_rate
         # the saved state holds the parent's rate: set after the load, the copy steps with its own
         assert unpack(child)["adam"]["param_groups"][0]["lr"] == parent["hparams"]["learning_rate"]
         assert optimizer.param_groups[0]["lr"] == child["hparams"]["learning_rate"]
-        # a copy, not a view: training the child's agent leaves the parent as it was
-        before = parent["state"]
-        with torch.no_grad():
-            next(agent.parameters()).add_(1)
-        assert parent["state"] == before and torch.equal(unpack(parent)["model"]["critic.0.weight"],
-                                                         parent_agent.critic[0].weight)
-
-
-def test_build_loads_copies_so_training_leaves_the_member_as_it_was():
-    member = trained_member(0, 1.0)
-    before = {key: v.clone() for key, v in adam_tensors(member).items()}
-    agent, optimizer = P.build(member, ENVS, ARGS)
-    _, logprob, _, value = agent.get_action_and_value(torch.randn(32, OBS_DIM))
-    (value.pow(2).mean() - logprob.mean()).backward()
-    optimizer.step()
-    assert all(torch.equal(adam_tensors(member)[key], v) for key, v in before.items())
-    assert not all(torch.equal(optimizer.state[p]["exp_avg"], unpack(member)["adam"]["state"][i]["exp_avg"])
-                   for i, p in enumerate(agent.parameters()))  # the optimizer did move its own
 
 
 def test_envs_can_draw_only_for_a_gif():
@@ -411,11 +388,41 @@ def test_fitness_games_start_anew_each_generation_and_eval_plays_none_of_them(tm
 def test_every_update_steps_each_member_with_its_own_hyperparameters(tmp_path, monkeypatch):
     calls, loss = [], P.ppo_loss  # a spy: the clip range and entropy coefficient of every minibatch step
     monkeypatch.setattr(P, "ppo_loss", lambda **kw: calls.append((kw["clip_coef"], kw["ent_coef"])) or loss(**kw))
+    lambdas, gae = [], P.compute_gae  # and GAE's lambda of every rollout, its last argument
+    monkeypatch.setattr(P, "compute_gae", lambda *a: lambdas.append(a[-1]) or gae(*a))
+    rates, update = [], P.update  # and the rate Adam steps with in every update
+    monkeypatch.setattr(P, "update", lambda agent, adam, *a: rates.append(adam.param_groups[0]["lr"])
+                        or update(agent, adam, *a))
     P.train(P.parse_args([*TINY, "--run-dir", str(tmp_path)]))
     assert len(calls) == 6 * 4 * 4  # 6 updates (2 generations x 3 members x 1 rollout), 4 epochs of 4 minibatches
     rows = read_csv(tmp_path / "population.csv")  # in the order the members trained
     expected = [(row["clip_coef"], row["ent_coef"]) for row in rows for _ in range(4 * 4)]
     assert np.allclose(calls, expected, rtol=1e-5)  # population.csv holds 6 digits
+    for name, seen in (("gae_lambda", lambdas), ("learning_rate", rates)):  # one a member's rollout
+        assert np.allclose(seen, [float(row[name]) for row in rows], rtol=1e-5), name
+        assert len(set(seen)) > 1, name  # the members' values differ: a mix-up would show
+
+
+def test_a_resume_trains_the_saved_members_on(tmp_path, monkeypatch):
+    # A resume must train the checkpoint's members from their saved weights and Adam state, not members drawn
+    # anew: with --no-evolve, generation 1 builds exactly the members generation 0 left, in their order.
+    log_generation = P.Run.log_generation
+
+    def log_and_stop(run, state):  # stopped as SIGTERM stops it, after generation 0
+        log_generation(run, state)
+        run.stop = signal.SIGTERM
+    with monkeypatch.context() as m:
+        m.setattr(P.Run, "log_generation", log_and_stop)
+        with pytest.raises(SystemExit) as e:
+            P.train(P.parse_args([*TINY, "--no-evolve", "--run-dir", str(tmp_path)]))
+    assert e.value.code == 143
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["population"]
+    built, build = [], P.build
+    monkeypatch.setattr(P, "build", lambda member, *a: built.append(member) or build(member, *a))
+    P.train(P.parse_args(["--resume", str(tmp_path)]))
+    assert [(m["id"], m["state"], m["hparams"]) for m in built] == [(m["id"], m["state"], m["hparams"])
+                                                                    for m in saved]
+    assert all(m["state"] for m in saved)  # trained members, not new ones
 
 
 @pytest.mark.slow

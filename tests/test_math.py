@@ -1,6 +1,9 @@
 """The shared harness: every script's compute_gae and ppo_loss against reference values."""
+import numpy as np
 import pytest
 import torch
+
+from conftest import load_script, pooled_variance
 
 T = torch.tensor
 
@@ -174,3 +177,27 @@ def test_explained_variance(script):
     for values in (T([1.0, 2.0, 3.0, 4.0]), T([2.0, 2.0, 2.0, 2.0])):
         ev = script.explained_variance(values, T([2.0, 2.0, 2.0, 2.0]))
         assert isinstance(ev, float) and ev != ev  # nan
+
+
+# ------------------------------------------------------------------------------ normalization statistics
+@pytest.mark.parametrize("name", ["ppo_continuous", "ppo_lstm"])
+@pytest.mark.parametrize("shape", [(3,), ()])  # observations, and the returns' one number
+def test_running_norm_merges_batches_into_the_statistics_of_all_the_data(name, shape):
+    """Batches of 7, 1 and 50 rows, far from mean 0 and variance 1, taken in one at a time: the mean and variance
+    are those of all 58 rows pooled with the start (count 1e-4), computed in one go in float64; the count adds
+    up; forward() shifts and scales by them and clips to [-10, 10]."""
+    norm = load_script(name).RunningNorm(shape)
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(5.0, 3.0, (n, *shape)) for n in (7, 1, 50)]
+    for batch in batches:
+        norm.update(torch.tensor(batch, dtype=torch.float32))
+    data = [b.astype(np.float32) for b in batches]  # as the script gets them
+    var, mean = pooled_variance(data)
+    np.testing.assert_allclose(norm.mean.numpy(), mean, rtol=1e-12)
+    np.testing.assert_allclose(norm.var.numpy(), var, rtol=1e-12)
+    assert norm.count.item() == pytest.approx(58 + 1e-4, rel=1e-15)
+    x = torch.full((2, *shape), 5.0)
+    x[1] += 1e3  # far out: clipped
+    expected = ((x.double() - torch.tensor(mean)) / torch.tensor(var + 1e-8).sqrt()).clamp(-10, 10).float()
+    torch.testing.assert_close(norm(x), expected)
+    assert norm(x).max() == 10
