@@ -48,9 +48,6 @@ from gymnasium.spaces import Box, Discrete, MultiBinary, MultiDiscrete
 from torch.distributions import Bernoulli, Categorical, Independent, Normal
 from tqdm import tqdm
 
-# No argument checks in the distributions: weights that diverge
-# mid-update end in the non-finite weights message.
-torch.distributions.Distribution.set_default_validate_args(False)
 SCRIPT = "ppo_evolve"  # in every checkpoint
 FORMAT = 7  # the checkpoint's layout
 # The evolved hyperparameters' ranges, around values PPO works
@@ -313,6 +310,9 @@ def train_member(member, global_step, args, generation, games, run_start):
     # One torch thread a member: the workers, side by side, fill the
     # cores (on the CPU: small networks ran slower on a GPU).
     torch.set_num_threads(1)
+    # No argument checks in the distributions: weights that diverge
+    # mid-update end in the non-finite weights message.
+    torch.distributions.Distribution.set_default_validate_args(False)
     envs = make_envs(args, args.num_envs)  # new ones: each generation starts new episodes
     agent, optimizer = build(member, envs, args)
     # The PPO below reads the member's hyperparameters as flags.

@@ -35,9 +35,6 @@ from gymnasium.spaces import Box, Discrete, MultiBinary, MultiDiscrete
 from torch.distributions import Bernoulli, Categorical, Independent, Normal
 from tqdm import tqdm
 
-# No argument checks in the distributions: weights that diverge
-# mid-update end in the non-finite weights message.
-torch.distributions.Distribution.set_default_validate_args(False)
 SCRIPT = "ppo_lstm"  # in every checkpoint
 FORMAT = 6  # the checkpoint's layout
 
@@ -531,6 +528,9 @@ def pick_device(name):
     # One torch thread: these small networks run faster so,
     # and runs side by side do not fight (README.md).
     torch.set_num_threads(1)
+    # No argument checks in the distributions: weights that diverge
+    # mid-update end in the non-finite weights message.
+    torch.distributions.Distribution.set_default_validate_args(False)
     return torch.device("cpu" if name == "auto" else name)
 
 def load_checkpoint(path):

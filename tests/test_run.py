@@ -110,6 +110,17 @@ def test_one_writer_per_run_folder_and_a_kill_leaves_no_lock(name, tmp_path):
     whole_logs(run_dir)
 
 
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_importing_a_script_leaves_torchs_global_settings_as_they_were(name):
+    # `import ppo_lstm as P` (the README's recipe) turned off the argument checks of every torch distribution in
+    # the importer's process; a script changes such settings when it trains or plays, not when imported.
+    probe = ("import sys, torch; before = (torch.distributions.Distribution._validate_args, torch.get_num_threads());"
+             f" import {name}; after = (torch.distributions.Distribution._validate_args, torch.get_num_threads());"
+             " print(before == after, before)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split(" ", 1)[0] == "True", (out.stdout, out.stderr)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_a_second_ctrl_c_ends_at_once_and_the_last_checkpoint_stays_whole(name, tmp_path):
