@@ -260,6 +260,24 @@ def test_with_the_bar_disabled_it_still_counts_each_update_and_a_stop_in_the_las
 
 
 @pytest.mark.parametrize("name", list(SMALL))
+def test_every_adam_step_takes_a_gradient_clipped_to_max_grad_norm(name, tmp_path, monkeypatch):
+    # [core-11] The whole gradient, all the agent's parameters together, is scaled down to --max-grad-norm before
+    # each step. At 0.05 almost every raw gradient is longer: the steps see norms of 0.05, none above.
+    P = load_script(name)
+    norms, step = [], torch.optim.Adam.step
+
+    def measured(adam, *args, **kwargs):
+        grads = [p.grad.flatten() for group in adam.param_groups for p in group["params"] if p.grad is not None]
+        norms.append(torch.cat(grads).norm().item())
+        return step(adam, *args, **kwargs)
+    monkeypatch.setattr(torch.optim.Adam, "step", measured)
+    P.train(P.parse_args([*SMALL[name], "--max-grad-norm", "0.05", "--total-timesteps", "512",
+                          "--run-dir", str(tmp_path)]))
+    assert norms and max(norms) <= 0.05 * (1 + 1e-5), max(norms)
+    assert sum(abs(n - 0.05) < 1e-6 for n in norms) > len(norms) / 2, norms
+
+
+@pytest.mark.parametrize("name", list(SMALL))
 def test_a_nonfinite_loss_stops_with_exit_1_and_keeps_the_last_good_checkpoint(name, tmp_path,
                                                                               monkeypatch):
     # The third update's loss is made non-finite; the checkpoint of the second must stay as it was.
