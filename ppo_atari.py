@@ -116,6 +116,7 @@ class Agent(nn.Module):
             layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
             layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
             nn.Flatten(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU())
+        # Small last weights: all actions about as likely.
         self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
@@ -272,7 +273,7 @@ def train(args):
     dones = np.zeros(shape, np.float32)
     # A resumed run starts new games, seeded past the earlier ones.
     # ALE's seeds are 32-bit: --seed is at most 2**30 (parse_args),
-    # so the resets' seeds stay below 2**31 for 2**30 resets more.
+    # so the seeds stay below 2**31 while iteration x envs < 2**30.
     next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)
     next_done = np.zeros(args.num_envs, bool)
     with Run(args, num_iterations * batch_size, ckpt) as run:
