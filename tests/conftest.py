@@ -81,6 +81,21 @@ def script(request):
     return load_script(request.param)
 
 
+def stop_after_the_first_update(P, argv, monkeypatch):
+    """P.train(argv), stopped as SIGTERM stops it once the first update (ppo_evolve: generation) is logged."""
+    method = "log_generation" if P.SCRIPT == "ppo_evolve" else "log_update"
+    original = getattr(P.Run, method)
+
+    def log_and_stop(run, *args, **kwargs):
+        original(run, *args, **kwargs)
+        run.stop = signal.SIGTERM
+    with monkeypatch.context() as m:
+        m.setattr(P.Run, method, log_and_stop)
+        with pytest.raises(SystemExit) as e:
+            P.train(P.parse_args(argv))
+    assert e.value.code == 143
+
+
 def pooled_variance(batches, prior_count=1e-4):
     """The variance a RunningNorm should hold after taking in these batches, computed in one go, apart from its
     batch-by-batch merge: all the data pooled with its starting statistics (mean 0, variance 1, a count of 1e-4).

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import tiny_tasks  # noqa: F401  (registers the tests' own tasks)
-from conftest import ROOT, DisabledBar, InProcess, load_script, train_to_the_end
+from conftest import ROOT, DisabledBar, InProcess, load_script, stop_after_the_first_update, train_to_the_end
 
 P = load_script("ppo_evolve")
 ARGS = P.Args()
@@ -406,16 +406,7 @@ def test_every_update_steps_each_member_with_its_own_hyperparameters(tmp_path, m
 def test_a_resume_trains_the_saved_members_on(tmp_path, monkeypatch):
     # A resume must train the checkpoint's members from their saved weights and Adam state, not members drawn
     # anew: with --no-evolve, generation 1 builds exactly the members generation 0 left, in their order.
-    log_generation = P.Run.log_generation
-
-    def log_and_stop(run, state):  # stopped as SIGTERM stops it, after generation 0
-        log_generation(run, state)
-        run.stop = signal.SIGTERM
-    with monkeypatch.context() as m:
-        m.setattr(P.Run, "log_generation", log_and_stop)
-        with pytest.raises(SystemExit) as e:
-            P.train(P.parse_args([*TINY, "--no-evolve", "--run-dir", str(tmp_path)]))
-    assert e.value.code == 143
+    stop_after_the_first_update(P, [*TINY, "--no-evolve", "--run-dir", str(tmp_path)], monkeypatch)
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["population"]
     built, build = [], P.build
     monkeypatch.setattr(P, "build", lambda member, *a: built.append(member) or build(member, *a))

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import tiny_tasks  # noqa: F401  (registers the tests' own tasks)
-from conftest import ROOT, SCRIPTS, InProcess, load_script, read_csv, run
+from conftest import ROOT, SCRIPTS, InProcess, load_script, read_csv, run, stop_after_the_first_update
 
 # Runs long enough to be caught while they train, with a checkpoint after every update (or generation).
 LONG = {
@@ -114,11 +114,10 @@ def test_one_writer_per_run_folder_and_a_kill_leaves_no_lock(name, tmp_path):
 def test_importing_a_script_leaves_torchs_global_settings_as_they_were(name):
     # `import ppo_lstm as P` (the README's recipe) turned off the argument checks of every torch distribution in
     # the importer's process; a script changes such settings when it trains or plays, not when imported.
-    probe = ("import sys, torch; before = (torch.distributions.Distribution._validate_args, torch.get_num_threads());"
-             f" import {name}; after = (torch.distributions.Distribution._validate_args, torch.get_num_threads());"
-             " print(before == after, before)")
+    settings = "(torch.distributions.Distribution._validate_args, torch.get_num_threads())"
+    probe = f"import torch; before = {settings}; import {name}; print(before == {settings})"
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.stdout.split(" ", 1)[0] == "True", (out.stdout, out.stderr)
+    assert out.stdout.strip() == "True", (out.stdout, out.stderr)
 
 
 @pytest.mark.slow
@@ -212,21 +211,6 @@ def test_a_csv_cut_shorter_or_deleted_since_the_checkpoint_resumes_with_whole_ro
     steps = [int(row["global_step"]) for row in read_csv(tmp_path / "updates.csv")]
     U = UPDATE[name]
     assert steps == ([128, 384, 512, 640, 768] if name == "ppo_evolve" else [2 * U, 3 * U]), steps
-
-
-def stop_after_the_first_update(P, argv, monkeypatch):
-    """P.train(argv), stopped as SIGTERM stops it once the first update (ppo_evolve: generation) is logged."""
-    method = "log_generation" if P.SCRIPT == "ppo_evolve" else "log_update"
-    original = getattr(P.Run, method)
-
-    def log_and_stop(run, *args, **kwargs):
-        original(run, *args, **kwargs)
-        run.stop = signal.SIGTERM
-    with monkeypatch.context() as m:
-        m.setattr(P.Run, method, log_and_stop)
-        with pytest.raises(SystemExit) as e:
-            P.train(P.parse_args(argv))
-    assert e.value.code == 143
 
 
 @pytest.mark.parametrize("name", ["ppo_atari", "ppo_continuous", "ppo_lstm"])
