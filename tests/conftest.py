@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from tqdm import tqdm
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -115,6 +116,42 @@ def discounted_sums(steps, gamma):
         sums.append(running.copy())
         running[term | trunc] = 0
     return np.concatenate(sums)
+
+
+def spy_on_the_minibatches(P, monkeypatch):
+    """Records, for each call of P.update, the rollout's rows and each minibatch's rows that reach ppo_loss, a
+    row as (old log-probability, old value, return), numbers that are copied, never recomputed, on their way."""
+    updates = []  # (the rollout's rows, [each minibatch's rows])
+    update, loss = P.update, P.ppo_loss
+
+    def rows(logprobs, values, returns):
+        return torch.stack([x.detach().flatten() for x in (logprobs, values, returns)], 1)
+
+    def spy_update(*args, **kwargs):
+        batch = next(x for x in args if isinstance(x, dict))  # the rollout, by name
+        updates.append((rows(batch["logprobs"], batch["values"], batch["returns"]), []))
+        return update(*args, **kwargs)
+
+    def spy_loss(**k):  # the scripts pass keyword arguments
+        updates[-1][1].append(rows(k["oldlogprob"], k["oldvalue"], k["returns"]))
+        return loss(**k)
+    monkeypatch.setattr(P, "update", spy_update)
+    monkeypatch.setattr(P, "ppo_loss", spy_loss)
+    return updates
+
+
+def assert_each_epoch_takes_every_row_once_in_a_new_order(updates, args):
+    """[core-6] An epoch's minibatches, together, are the rollout's rows, each once (none dropped, none twice);
+    the next epoch takes them in another order."""
+    assert updates
+    for rollout, minibatches in updates:
+        assert len(minibatches) == args.update_epochs * args.num_minibatches
+        epochs = [torch.cat(minibatches[i:i + args.num_minibatches])
+                  for i in range(0, len(minibatches), args.num_minibatches)]
+        for epoch in epochs:
+            assert sorted(map(tuple, epoch.tolist())) == sorted(map(tuple, rollout.tolist()))
+        assert all(len(mb) == len(rollout) // args.num_minibatches for mb in minibatches)
+        assert not torch.equal(epochs[0], epochs[1])
 
 
 def pytest_configure(config):

@@ -11,7 +11,8 @@ import time
 import pytest
 import torch
 
-from conftest import ROOT, SCRIPTS, DisabledBar, load_script, read_csv, run, train_to_the_end
+from conftest import (ROOT, SCRIPTS, DisabledBar, assert_each_epoch_takes_every_row_once_in_a_new_order, load_script,
+                      read_csv, run, spy_on_the_minibatches, train_to_the_end)
 
 # A few updates of 256 environment steps each, with a checkpoint after every update.
 SMALL = {
@@ -275,6 +276,15 @@ def test_every_adam_step_takes_a_gradient_clipped_to_max_grad_norm(name, tmp_pat
                           "--run-dir", str(tmp_path)]))
     assert norms and max(norms) <= 0.05 * (1 + 1e-5), max(norms)
     assert sum(abs(n - 0.05) < 1e-6 for n in norms) > len(norms) / 2, norms
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_each_epoch_takes_every_row_of_the_rollout_once_in_a_new_order(name, tmp_path, monkeypatch):
+    P = load_script(name)
+    updates = spy_on_the_minibatches(P, monkeypatch)
+    args = P.parse_args([*SMALL[name], "--total-timesteps", "512", "--run-dir", str(tmp_path)])
+    P.train(args)
+    assert_each_epoch_takes_every_row_once_in_a_new_order(updates, args)
 
 
 @pytest.mark.parametrize("name", list(SMALL))

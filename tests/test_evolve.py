@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import tiny_tasks  # noqa: F401  (registers the tests' own tasks)
-from conftest import ROOT, DisabledBar, InProcess, load_script, stop_after_the_first_update, train_to_the_end
+from conftest import (ROOT, DisabledBar, InProcess, assert_each_epoch_takes_every_row_once_in_a_new_order, load_script,
+                      spy_on_the_minibatches, stop_after_the_first_update, train_to_the_end)
 
 P = load_script("ppo_evolve")
 ARGS = P.Args()
@@ -401,6 +402,14 @@ def test_every_update_steps_each_member_with_its_own_hyperparameters(tmp_path, m
     for name, seen in (("gae_lambda", lambdas), ("learning_rate", rates)):  # one a member's rollout
         assert np.allclose(seen, [float(row[name]) for row in rows], rtol=1e-5), name
         assert len(set(seen)) > 1, name  # the members' values differ: a mix-up would show
+
+
+def test_each_epoch_takes_every_row_of_the_rollout_once_in_a_new_order(tmp_path, monkeypatch):
+    updates = spy_on_the_minibatches(P, monkeypatch)
+    args = P.parse_args([*TINY, "--total-timesteps", "3072", "--run-dir", str(tmp_path)])
+    P.train(args)
+    assert len(updates) == 3  # a generation: 3 members of one rollout
+    assert_each_epoch_takes_every_row_once_in_a_new_order(updates, args)
 
 
 def test_a_resume_trains_the_saved_members_on(tmp_path, monkeypatch):
