@@ -209,7 +209,7 @@ class Agent(nn.Module):
     @torch.no_grad()  # V for GAE: no gradients
     def get_value(self, x, state):
         """V of x (B, obs_size), one step on from the critic's
-        state, as if the episode went on (GAE drops V where it ended)."""
+        state, as if the episode went on (for a bootstrap, or next_value)."""
         x = self.encoder(self.obs_norm(x[None, :, self.visible]))
         out, _ = self.critic.lstm(x, state)
         return self.critic.head(out[0]).squeeze(-1)
