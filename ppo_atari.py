@@ -75,7 +75,7 @@ def make_envs(args, num_envs, **overrides):
     """[core-1] num_envs games side by side, stepped by ale-py in
     C++ threads, with DeepMind's DQN preprocessing (the tests
     check its frames against Stable-Baselines3's wrappers)."""
-    # [atari-1] Up to 30 no-ops at a reset vary the starts.
+    # [atari-1] 0-29 no-op frames at a reset vary the starts.
     # [atari-2] Each action lasts 4 frames, and the last two
     # are max-pooled, for the sprites that flicker.
     # [atari-3] A lost life ends an episode for learning but
@@ -85,7 +85,7 @@ def make_envs(args, num_envs, **overrides):
     # stacked, so that motion can be seen. [atari-6] Rewards
     # become their sign in train(), which logs true scores.
     settings = dict(
-        noop_max=30,  # [atari-1] up to 30 no-ops
+        noop_max=30,  # [atari-1] 0-29 no-ops
         frameskip=4, maxpool=True,  # [atari-2] max of last 2
         life_loss_info=True,  # [atari-3] a lost life ends an episode
         use_fire_reset=True,  # [atari-4] FIRE at a reset

@@ -25,6 +25,19 @@ def test_env_id_spellings():
     assert P.rom_id("Breakfast") is None
 
 
+def test_a_game_starts_after_0_to_29_no_op_frames_so_there_are_at_most_30_starts():
+    # [atari-1] ale-py draws 0-29 no-ops at a reset (noop_max=30; the FIRE frame counts among them, so a game
+    # starts at frame 1-29). With no sticky actions these are the only starts a --deterministic eval can play.
+    envs = P.make_envs(P.Args(), 16)
+    frames = []
+    for seed in range(0, 64, 16):  # 64 starts
+        _, info = envs.reset(seed=seed)
+        frames += info["episode_frame_number"].tolist()
+    envs.close()
+    assert set(frames) <= set(range(1, 30))
+    assert len(set(frames)) >= 20  # of 29 (about 26 expected): the starts vary
+
+
 def test_a_seed_past_ales_32_bits_is_refused_in_one_line(capsys):
     # ALE's seeds are int32 and the games' reset seed grows with the update: --seed 2147483641 ended in a
     # pybind traceback from ale-py once the run's resets passed 2**31.
