@@ -11,8 +11,8 @@ import time
 import pytest
 import torch
 
-from conftest import (ROOT, SCRIPTS, DisabledBar, assert_each_epoch_takes_every_row_once_in_a_new_order, load_script,
-                      read_csv, run, spy_on_the_minibatches, train_to_the_end)
+from conftest import (ROOT, SCRIPTS, DisabledBar, assert_each_epoch_takes_every_row_once_in_a_new_order,
+                      load_script, read_csv, run, spy_on_the_minibatches, train_to_the_end)
 
 # A few updates of 256 environment steps each, with a checkpoint after every update.
 SMALL = {

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import tiny_tasks  # noqa: F401  (registers the tests' own tasks)
-from conftest import (ROOT, DisabledBar, InProcess, assert_each_epoch_takes_every_row_once_in_a_new_order, load_script,
-                      spy_on_the_minibatches, stop_after_the_first_update, train_to_the_end)
+from conftest import (ROOT, DisabledBar, InProcess, assert_each_epoch_takes_every_row_once_in_a_new_order,
+                      load_script, spy_on_the_minibatches, stop_after_the_first_update, train_to_the_end)
 
 P = load_script("ppo_evolve")
 ARGS = P.Args()
