@@ -273,7 +273,7 @@ def train(args):
     dones = np.zeros(shape, np.float32)
     # A resumed run starts new games, seeded past the earlier ones.
     # ALE's seeds are 32-bit: --seed is at most 2**30 (parse_args),
-    # so the seeds stay below 2**31 while iteration x envs < 2**30.
+    # so seeds stay below 2**31 while (iteration+1) x envs <= 2**30.
     next_obs, _ = envs.reset(seed=args.seed + iteration * args.num_envs)
     next_done = np.zeros(args.num_envs, bool)
     with Run(args, num_iterations * batch_size, ckpt) as run:
