@@ -84,6 +84,10 @@ def make_envs(args, num_envs, **overrides):
     # [atari-5] Frames grey and 84x84; [atari-7] the last 4
     # stacked, so that motion can be seen. [atari-6] Rewards
     # become their sign in train(), which logs true scores.
+    # So a step's term is a lost life (the game goes on) or a
+    # game over, and trunc the frame cap. A game over or a cap
+    # resets the game in that same step: next_obs is the new
+    # game's first frames, info["final_obs"] the old one's last.
     settings = dict(
         noop_max=30,  # [atari-1] 0-29 no-ops
         frameskip=4, maxpool=True,  # [atari-2] max of last 2
@@ -355,9 +359,9 @@ def parse_args(argv=None):
         args.run_dir = folder or "."
     args.run_dir = args.run_dir or f"runs/{args.env_id}__{SCRIPT}__{args.seed}__{time.time_ns()}"
     value = vars(args)  # each flag's, by name
-    # Any other number is a size or a rate (None: a flag unset).
+    # Any other number is a size or a rate.
     sizes = [k for k, x in value.items() if type(x) in [int, float] and k not in ZERO_OK]
-    # ALE's integers, seeds among them, are 32-bit.
+    # ALE's integers are 32-bit.
     rules += [(k, "in (0, 2**31)", 0 < value[k] < 2**31) for k in sizes]
     rules += [(k, "in [0, 1]", 0 <= value[k] <= 1) for k in ["gamma", "gae_lambda"]]
     rules += [(k, "in [0, 2**30]", 0 <= value[k] <= 2**30) for k in ZERO_OK]
