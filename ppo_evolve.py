@@ -413,8 +413,9 @@ def fittest(members):
 def next_generation(population, generation, args):
     """The elite, then mutated copies of tournament winners."""
     rng = np.random.default_rng([args.seed, generation])  # a resume draws the same
-    # The fittest, the elite, keeps its place, weights, Adam's state
-    # and hyperparameters; population.csv gives "elite" as its mutation.
+    # The fittest, the elite, stays (first in the list) with its id,
+    # weights, Adam's state and hyperparameters; population.csv
+    # gives "elite" as its mutation.
     members = [dict(fittest(population), mutation="elite")]
     for place in range(1, args.pop_size):
         # A tournament: members drawn at random, with replacement (the
