@@ -6,7 +6,7 @@ tanh-squashed one, on MuJoCo's HalfCheetah by default.
     python ppo_continuous.py --eval runs/<run> --gif run.gif
 
 CleanRL's settings, but the log std starts at -0.5, not 0, the
-statistics of observations and rewards move once a rollout,
+statistics of observations and returns move once a rollout,
 not every step, and an episode cut by its time limit is
 bootstrapped, not taken for a death. Expect 3,400 to 5,500 on
 HalfCheetah after 1M steps (README.md). Tags such as [core-7]
@@ -216,8 +216,8 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 # Past 1-e or 1+e in the direction A favours, the clipped
 # term wins and its gradient is 0: nothing pushes the policy
 # further. Value clipping is not in the paper but in OpenAI's
-# code: past e from the rollout's V (in the return's units, which
-# the scaled rewards keep near 1), the loss stops pulling V on.
+# code: past e from the rollout's V (in the return's units, whose
+# spread the scaled rewards keep near 1), the loss stops pulling V on.
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
