@@ -10,10 +10,10 @@ and GAE lambda (0.9 to 0.99).
 Each generation every member trains with its own values, then
 plays new episodes whose mean return is its fitness, a noisy
 score. The elite (the fittest) keeps its place and trains on;
-every other place goes to a copy of a tournament winner, weights
-and Adam's state included, with one value mutated, where
-population-based training (Jaderberg et al., 2017) would
-replace only the worst. The fittest ever scored is kept for
+each of the other places goes to a copy of a tournament winner,
+weights and Adam's state included, with one value mutated,
+where population-based training (Jaderberg et al., 2017)
+would replace only the worst. The fittest ever scored is kept for
 --eval. Members train side by side (--workers), on any task
 with a flat Box observation and Discrete, MultiDiscrete,
 MultiBinary or Box actions. Tags such as [core-7] number the
@@ -460,7 +460,7 @@ def train(args):
                 population = next_generation(population, generation, args)
             # ---- 8. training and fitness, the members side by side
             first_steps = range(global_step, global_step + steps, member_steps)  # each member's
-            # Fitness games: the same new starts for all, new each generation.
+            # Fitness games: the same for all, seed block generation + 1 (block 0: --eval's).
             first = args.seed + (generation + 1) * args.eval_episodes
             games = range(first, first + args.eval_episodes)
             job = partial(train_member, args=args, generation=generation, games=games,
