@@ -126,7 +126,7 @@ class Agent(nn.Module):
 
     def features(self, x):  # uint8 (B, 4, 84, 84) -> (B, 512)
         # [atari-9] Frames stay uint8 until here, then go to [0, 1].
-        # The channels-last memory layout halves a CPU's convolution time.
+        # The channels-last memory layout makes a CPU's convolutions 1.6-2x faster.
         x = x.to(torch.float32, memory_format=torch.channels_last)
         return self.network(x * (1 / 255))
 
