@@ -460,7 +460,7 @@ def train(args):
                 population = next_generation(population, generation, args)
             # ---- 8. training and fitness, the members side by side
             first_steps = range(global_step, global_step + steps, member_steps)  # each member's
-            # Fitness games: the same for all, seed block generation + 1 (block 0: --eval's).
+            # Fitness games: one seed block for all, new each generation (block 0: --eval's).
             first = args.seed + (generation + 1) * args.eval_episodes
             games = range(first, first + args.eval_episodes)
             job = partial(train_member, args=args, generation=generation, games=games,
