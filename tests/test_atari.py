@@ -25,9 +25,10 @@ def test_env_id_spellings():
     assert P.rom_id("Breakfast") is None
 
 
-def test_a_game_starts_after_0_to_29_no_op_frames_so_there_are_at_most_30_starts():
-    # [atari-1] ale-py draws 0-29 no-ops at a reset (noop_max=30; the FIRE frame counts among them, so a game
-    # starts at frame 1-29). With no sticky actions these are the only starts a --deterministic eval can play.
+def test_a_game_starts_at_frame_1_to_29_so_there_are_at_most_29_starts():
+    # [atari-1] ale-py draws 0-29 no-ops at a reset (noop_max=30), the FIRE frame counting among them (a draw of 0
+    # or 1 is FIRE alone), so a game starts at frame 1-29. With no sticky actions these are the only starts a
+    # --deterministic eval can play: at most 29 different games.
     envs = P.make_envs(P.Args(), 16)
     frames = []
     for seed in range(0, 64, 16):  # 64 starts
