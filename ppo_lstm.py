@@ -149,8 +149,8 @@ class Memory(nn.Module):
     def __init__(self, out_size, std):
         super().__init__()
         self.lstm = nn.LSTM(64, 64)
-        # [lstm-1] The LSTM's weights orthogonal (std 1) and
-        # its biases 0, like the other layers.
+        # [lstm-1] The LSTM's weights orthogonal with gain 1,
+        # its biases 0.
         for param in self.lstm.parameters():
             init = nn.init.orthogonal_ if param.dim() == 2 else nn.init.zeros_
             init(param)
