@@ -69,7 +69,7 @@ class Args:  # --help shows the comment after each field
 
 def make_envs(args, num_envs):  # train() says how they reset
     # Drawing only for --gif: it slows some tasks down, and a
-    # task of one's own need not take render_mode at all.
+    # task of one's own need not take render_mode.
     settings = dict(render_mode="rgb_array") if args.gif else {}
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no display
     # MuJoCo draws from its tracking camera: EGL on Linux (no display),
@@ -217,7 +217,7 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 # term wins and its gradient is 0: nothing pushes the policy
 # further. Value clipping is not in the paper but in OpenAI's
 # code: past e from the rollout's V (in the return's units, whose
-# spread the scaled rewards keep near 1), the loss stops pulling V on.
+# spread the scaled rewards keep of order 1), the loss stops pulling V on.
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
@@ -348,7 +348,7 @@ def train(args):
             # ---- 3. advantages
             # [cont-8, cont-9] Rewards divided by the std of their
             # discounted sums so far give the critic's targets a spread
-            # near 1 in any task; clipped to [-10, 10]. Truncation
+            # of order 1 in any task; clipped to [-10, 10]. Truncation
             # bootstraps, in V's units already, are added after.
             agent.return_norm.update(discounted.reshape(-1))
             scale = (agent.return_norm.var.float() + 1e-8).sqrt()

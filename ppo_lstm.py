@@ -71,7 +71,7 @@ class Args:  # --help shows the comment after each field
 
 def make_envs(args, num_envs):  # train() says how they reset
     # Drawing only for --gif: it slows some tasks down, and a
-    # task of one's own need not take render_mode at all.
+    # task of one's own need not take render_mode.
     settings = dict(render_mode="rgb_array") if args.gif else {}
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # no display
     make = partial(gym.make, args.env_id, max_episode_steps=args.max_episode_steps, **settings)
@@ -200,7 +200,7 @@ class Agent(nn.Module):
     def scale_rewards(self, rewards, discounted):
         """[cont-8, cont-9] Rewards divided by the std of their
         discounted sums so far, which gives the critic's targets a
-        spread near 1 in any task, then clipped to [-10, 10].
+        spread of order 1 in any task, then clipped to [-10, 10].
         discounted: those sums at each step, for the statistics.
         Truncation bootstraps, in V's units already, come after."""
         self.return_norm.update(discounted.reshape(-1))
@@ -264,8 +264,8 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 # Past 1-e or 1+e in the direction A favours, the clipped
 # term wins and its gradient is 0: nothing pushes the policy
 # further. Value clipping is not in the paper but in OpenAI's
-# code: past e from the rollout's V (in the return's units, which
-# the scaled rewards keep near 1), the loss stops pulling V on.
+# code: past e from the rollout's V (in the return's units, whose
+# spread the scaled rewards keep of order 1), the loss stops pulling V on.
 #   V_clip = V_old + clip(V - V_old, -e, e)
 #   L_V = mean(max((V - R)^2, (V_clip - R)^2)) / 2
 #   loss = L_clip - ent_coef H + vf_coef L_V
