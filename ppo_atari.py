@@ -536,7 +536,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
             sys.exit(128 + self.stop)
         if not error:
             print(f"{self.dir}: the last 20 episodes' score: {self.shown_score()};"
-                  f" evaluate: python {sys.argv[0]} --eval {self.dir}")
+                  f" evaluate: python {__file__} --eval {self.dir}")
 
 @torch.no_grad()
 def evaluate(args):

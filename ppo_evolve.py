@@ -694,7 +694,7 @@ class Run(AbstractContextManager):  # with Run(...) as run
             print(f"stopped; continue with --resume {self.dir}")
             sys.exit(128 + self.stop)
         print(f"{self.dir}: best fitness (the luckiest): {self.shown_score()};"
-              f" on new games: python {sys.argv[0]} --eval {self.dir} --eval-episodes 100")
+              f" on new games: python {__file__} --eval {self.dir} --eval-episodes 100")
 
 def start_worker():
     """A worker leaves Ctrl-C and SIGTERM to the parent (which

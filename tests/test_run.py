@@ -320,6 +320,8 @@ def test_a_budget_rounded_up_is_said_in_one_line(name, capsys, tmp_path, monkeyp
     else:  # rollouts of 64 steps: 2 envs x 32, or 1 env x 64
         assert "128 steps: --total-timesteps rounded up to whole rollouts" in out
     assert "nan" not in out[-1] and ("episodes' score: " in out[-1] or " best fitness " in out[-1])
+    # The closing line's command runs this script, wherever train() was called from (sys.argv[0] named pytest).
+    assert f"python {ROOT / f'{name}.py'} --eval {tmp_path}" in out[-1]
 
 
 @pytest.mark.parametrize("name", ["ppo_atari", "ppo_continuous", "ppo_lstm"])
