@@ -79,3 +79,22 @@ def test_the_code_that_loads_a_trained_policy_runs_as_written(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "(1, 1) (1,)", out.stdout
+
+
+def test_the_lstm_code_that_carries_its_states_runs_as_written(tmp_path):
+    """The README's block for ppo_lstm.py loads the first run's folder and plays 500 steps, its states carried:
+    after them the actor's state is the LSTM's, not the zeros it started from."""
+    section = README[README.index("## A trained policy in your own code"):]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[1]
+    folder = re.search(r'torch.load\("([^"]+)/checkpoint.pt"', code).group(1)
+    assert "import ppo_lstm as P" in code and folder == "runs/first"  # the first run's folder
+    train = [sys.executable, str(ROOT / "ppo_lstm.py"), "--total-timesteps", "512", "--num-envs", "4",
+             "--num-steps", "128", "--run-dir", folder]
+    out = subprocess.run(train, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    check = "\nprint(step, tuple(states[0][0].shape), bool(states[0][0].abs().sum() > 0))\n"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code + check], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "499 (1, 1, 64) True", out.stdout
