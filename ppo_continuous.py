@@ -395,7 +395,7 @@ def parse_args(argv=None):
         # A run goes on, or plays, with the arguments it began with.
         saved = load_checkpoint(args.resume or args.eval)["args"]
         own = {"resume", "eval", "device"} | (PLAY if args.eval else set())
-        must = "the checkpoint's, {} (a finished run is not extended)"
+        must = "the checkpoint's, {} (as the run began)"
         rules = [(k, must.format(saved.get(k)), given[k] == saved.get(k)) for k in set(given) - own]
         args = replace(Args(**saved), **{name: getattr(args, name) for name in own})
     if args.resume:  # go on where the checkpoint is now

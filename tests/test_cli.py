@@ -179,7 +179,7 @@ def test_sigterm_saves_exits_143_and_a_moved_run_resumes_where_it_lies(name, tmp
     out = subprocess.run([sys.executable, str(ROOT / f"{name}.py"), "--resume", "../elsewhere/first",
                           "--seed", "2"], cwd=other, capture_output=True, text=True)
     refusal = out.stderr.strip().splitlines()[-1]  # names the run's own value, and why it must stay
-    assert out.returncode == 2 and "--seed must be the checkpoint's, 1 (a finished run is not extended)" in refusal
+    assert out.returncode == 2 and "--seed must be the checkpoint's, 1 (as the run began)" in refusal
     out = subprocess.run([sys.executable, str(ROOT / f"{name}.py"), "--resume", "../elsewhere/first",
                           "--device", "cpu"], cwd=other, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
