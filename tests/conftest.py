@@ -154,5 +154,37 @@ def assert_each_epoch_takes_every_row_once_in_a_new_order(updates, args):
         assert not torch.equal(epochs[0], epochs[1])
 
 
+def spy_on_the_losses(P, monkeypatch):
+    """Records, for each call of P.update, the rollout's advantages as GAE left them and the keyword arguments of
+    each minibatch's ppo_loss."""
+    updates = []  # (the rollout's advantages, [each minibatch's ppo_loss arguments])
+    update, loss = P.update, P.ppo_loss
+
+    def spy_update(*args, **kwargs):
+        batch = next(x for x in args if isinstance(x, dict))  # the rollout, by name
+        updates.append((batch["advantages"].flatten().clone(), []))
+        return update(*args, **kwargs)
+
+    def spy_loss(**k):  # the scripts pass keyword arguments
+        updates[-1][1].append(k)
+        return loss(**k)
+    monkeypatch.setattr(P, "update", spy_update)
+    monkeypatch.setattr(P, "ppo_loss", spy_loss)
+    return updates
+
+
+def assert_advantages_normalized_per_minibatch(updates, args):
+    """[core-7] With --norm-adv each minibatch's advantages are shifted and scaled by their own mean and std (to 0
+    and 1); without it an epoch's minibatches take the rollout's advantages as GAE left them, each once."""
+    for advantages, losses in updates:
+        seen = [k["advantages"] for k in losses]
+        if args.norm_adv:
+            assert all(abs(a.mean()) < 1e-5 and abs(a.std() - 1) < 1e-4 for a in seen)
+            assert advantages.std() != pytest.approx(1, abs=0.01)  # so the check above could fail
+        else:
+            epoch = torch.cat(seen[:args.num_minibatches])
+            assert torch.equal(epoch.sort().values, advantages.sort().values)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than a few seconds (end-to-end runs, learning checks)")

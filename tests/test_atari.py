@@ -104,6 +104,52 @@ class Recorder:
         self.envs.close()
 
 
+def test_rewards_reach_gae_as_their_sign_and_a_cut_game_adds_gamma_v_of_its_last_frames(tmp_path, monkeypatch):
+    # [atari-6] Space Invaders scores 5 to 30 a hit. The rewards that reach compute_gae must be each step's sign,
+    # plus gamma * V(the cut game's last frames) where the frame cap (400 frames, about 100 steps) cut a game,
+    # and nothing else: a lost life or a game over adds nothing.
+    seen = dict(steps=[], agent=None, checked=0)
+    original_make, original_gae, original_value = P.make_envs, P.compute_gae, P.Agent.get_value
+
+    def make_envs(args, num_envs, **overrides):
+        envs = original_make(args, num_envs, **overrides)
+        step = envs.step
+
+        def recorded(action):
+            out = step(action)
+            final_obs = out[4].get("final_obs")
+            seen["steps"].append((out[1].copy(), out[2].copy(), out[3].copy(), None if final_obs is None
+                                  else final_obs.copy()))
+            return out
+        envs.step = recorded
+        return envs
+
+    def get_value(self, x):
+        seen["agent"] = self
+        return original_value(self, x)
+
+    def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+        agent, steps = seen["agent"], seen["steps"][-len(rewards):]  # this rollout's steps
+        raw = torch.tensor(np.array([s[0] for s in steps]), dtype=torch.float32)
+        term, trunc = (torch.tensor(np.array([s[i] for s in steps])) for i in (1, 2))
+        expected = raw.sign()
+        for t, (_, term_t, trunc_t, final_obs) in enumerate(steps):
+            for i in np.flatnonzero(trunc_t & ~term_t):
+                expected[t, i] += gamma * agent.get_value(torch.as_tensor(final_obs[i])[None])[0]
+        assert raw.abs().max() >= 5 and (trunc & ~term).any()  # the sign and the bootstrap both matter
+        assert dones[1:][(term | trunc)[:-1]].eq(1).all()
+        torch.testing.assert_close(rewards, expected, rtol=1e-5, atol=1e-5)
+        seen["checked"] += 1
+        return original_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda)
+
+    monkeypatch.setattr(P, "make_envs", make_envs)
+    monkeypatch.setattr(P, "compute_gae", compute_gae)
+    monkeypatch.setattr(P.Agent, "get_value", get_value)
+    P.train(P.Args(env_id="SpaceInvaders", total_timesteps=1024, num_envs=4, num_steps=128, device="cpu",
+                   max_episode_frames=400, run_dir=str(tmp_path)))
+    assert seen["checked"] == 2
+
+
 @pytest.mark.slow
 def test_life_loss_is_a_done_and_the_logged_score_is_the_unclipped_game(tmp_path, monkeypatch):
     # Space Invaders: 3 lives, rewards of 5 to 200 per step, so a clipped score would show.

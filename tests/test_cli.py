@@ -11,8 +11,10 @@ import time
 import pytest
 import torch
 
-from conftest import (ROOT, SCRIPTS, DisabledBar, assert_each_epoch_takes_every_row_once_in_a_new_order,
-                      load_script, read_csv, run, spy_on_the_minibatches, train_to_the_end)
+from conftest import (ROOT, SCRIPTS, DisabledBar, assert_advantages_normalized_per_minibatch,
+                      assert_each_epoch_takes_every_row_once_in_a_new_order, load_script, read_csv, run,
+                      spy_on_the_losses, spy_on_the_minibatches, stop_after_the_first_update,
+                      train_to_the_end)
 
 # A few updates of 256 environment steps each, with a checkpoint after every update.
 SMALL = {
@@ -276,6 +278,51 @@ def test_every_adam_step_takes_a_gradient_clipped_to_max_grad_norm(name, tmp_pat
                           "--run-dir", str(tmp_path)]))
     assert norms and max(norms) <= 0.05 * (1 + 1e-5), max(norms)
     assert sum(abs(n - 0.05) < 1e-6 for n in norms) > len(norms) / 2, norms
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+@pytest.mark.parametrize("norm_adv", ["--norm-adv", "--no-norm-adv"])
+def test_every_minibatch_loss_takes_the_flags_and_advantages_normalized_as_asked(name, norm_adv, tmp_path,
+                                                                                   monkeypatch):
+    # The loss's flags, given values other than their defaults, reach every minibatch step of both updates;
+    # ppo_atari.py's clip range anneals with the rate: 0.15 in the first of 2 updates, 0.075 in the second.
+    P = load_script(name)
+    updates = spy_on_the_losses(P, monkeypatch)
+    flags = [norm_adv, "--no-clip-vloss", "--vf-coef", "0.25", "--ent-coef", "0.02", "--clip-coef", "0.15"]
+    args = P.parse_args([*SMALL[name], *flags, "--total-timesteps", "512", "--run-dir", str(tmp_path)])
+    P.train(args)
+    assert len(updates) == 2
+    for i, (_, losses) in enumerate(updates):
+        clip_coef = 0.15 * (1 - i / 2) if name == "ppo_atari" else 0.15
+        assert len(losses) == args.update_epochs * args.num_minibatches
+        for k in losses:
+            assert (k["clip_vloss"], k["vf_coef"], k["ent_coef"]) == (False, 0.25, 0.02)
+            assert k["clip_coef"] == pytest.approx(clip_coef)
+    assert_advantages_normalized_per_minibatch(updates, args)
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_a_resumed_run_starts_new_episodes_seeded_past_its_first(name, tmp_path, monkeypatch):
+    # The envs' first reset takes --seed (env i: seed + i); a run resumed after its first update starts new
+    # episodes, seeded past those (seed + num_envs), rather than replaying the starts the run began with.
+    P = load_script(name)
+    seeds, make = [], P.make_envs
+
+    def make_envs(*args, **kwargs):
+        envs = make(*args, **kwargs)
+        reset = envs.reset
+
+        def recorded(seed=None, **options):
+            seeds.append(seed)
+            return reset(seed=seed, **options)
+        envs.reset = recorded
+        return envs
+    monkeypatch.setattr(P, "make_envs", make_envs)
+    argv = [*SMALL[name], "--seed", "5", "--total-timesteps", "768", "--run-dir", str(tmp_path)]
+    num_envs = P.parse_args(argv).num_envs
+    stop_after_the_first_update(P, argv, monkeypatch)
+    P.train(P.parse_args(["--resume", str(tmp_path)]))
+    assert seeds == [5, 5 + num_envs], seeds
 
 
 @pytest.mark.parametrize("name", list(SMALL))

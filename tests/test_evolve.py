@@ -17,8 +17,9 @@ import pytest
 import torch
 
 import tiny_tasks  # noqa: F401  (registers the tests' own tasks)
-from conftest import (ROOT, DisabledBar, InProcess, assert_each_epoch_takes_every_row_once_in_a_new_order,
-                      load_script, spy_on_the_minibatches, stop_after_the_first_update, train_to_the_end)
+from conftest import (ROOT, DisabledBar, InProcess, assert_advantages_normalized_per_minibatch,
+                      assert_each_epoch_takes_every_row_once_in_a_new_order, load_script, spy_on_the_losses,
+                      spy_on_the_minibatches, stop_after_the_first_update, train_to_the_end)
 
 P = load_script("ppo_evolve")
 ARGS = P.Args()
@@ -163,13 +164,23 @@ def test_the_elite_survives_a_generation_unchanged():
 
 
 def test_tournament_winners_are_the_fitter_members():
-    # With tournaments of the whole population (drawn with replacement), most copies come from the fittest.
-    population = [trained_member(i, float(i)) for i in range(4)]
-    parents = []
-    for seed in range(10):
-        args = P.Args(seed=seed, pop_size=4, tournament_size=4)
-        parents += [c["parent"] for c in P.next_generation(population, 1, args)[1:]]
-    assert parents.count(3) > parents.count(0) + parents.count(1) + parents.count(2)
+    # With tournaments of the whole population (drawn with replacement), most copies come from the fittest,
+    # wherever it stands: last, or first, where the elite stands after a selection (it is drawn as the others).
+    members = [trained_member(i, float(i)) for i in range(4)]
+    for population in (members, members[::-1]):
+        parents = []
+        for seed in range(10):
+            args = P.Args(seed=seed, pop_size=4, tournament_size=4)
+            parents += [c["parent"] for c in P.next_generation(population, 1, args)[1:]]
+        assert parents.count(3) > len(parents) / 2, parents  # member 3 is the fittest
+
+
+def test_a_fitness_game_scores_its_own_episode_only():
+    # The fitness games play side by side until the last has ended; a game that is over earns no more. On
+    # CartPole (1 a step) each game's return is its length, and an untrained member's lengths differ.
+    agent = P.build(trained_member(0, 0.0), ENVS, ARGS)[0]
+    scores, lengths = P.play(agent, ARGS, range(8))
+    assert (scores == lengths).all() and len(set(lengths)) > 1, (scores, lengths)
 
 
 @pytest.mark.parametrize("argv,flag", [
@@ -402,6 +413,85 @@ def test_every_update_steps_each_member_with_its_own_hyperparameters(tmp_path, m
     for name, seen in (("gae_lambda", lambdas), ("learning_rate", rates)):  # one a member's rollout
         assert np.allclose(seen, [float(row[name]) for row in rows], rtol=1e-5), name
         assert len(set(seen)) > 1, name  # the members' values differ: a mix-up would show
+
+
+@pytest.mark.parametrize("norm_adv", ["--norm-adv", "--no-norm-adv"])
+def test_every_minibatch_loss_takes_the_flags_and_advantages_normalized_as_asked(norm_adv, tmp_path,
+                                                                                   monkeypatch):
+    # The value loss's flags, given values other than their defaults, reach every minibatch step (the clip
+    # range and the entropy coefficient, each member's own, are checked above); a generation of 3 members.
+    updates = spy_on_the_losses(P, monkeypatch)
+    flags = [norm_adv, "--no-clip-vloss", "--vf-coef", "0.25"]
+    args = P.parse_args([*TINY, *flags, "--total-timesteps", "3072", "--run-dir", str(tmp_path)])
+    P.train(args)
+    assert len(updates) == 3 and all(len(losses) == 4 * 4 for _, losses in updates)
+    assert all((k["clip_vloss"], k["vf_coef"]) == (False, 0.25) for _, losses in updates for k in losses)
+    assert_advantages_normalized_per_minibatch(updates, args)
+
+
+def test_every_adam_step_takes_a_gradient_clipped_to_max_grad_norm(tmp_path, monkeypatch):
+    # [core-11] As in the other scripts (test_cli.py): the whole gradient, the actor's and the critic's
+    # together, is scaled down to --max-grad-norm before each step.
+    norms, step = [], torch.optim.Adam.step
+
+    def measured(adam, *args, **kwargs):
+        grads = [p.grad.flatten() for group in adam.param_groups for p in group["params"] if p.grad is not None]
+        norms.append(torch.cat(grads).norm().item())
+        return step(adam, *args, **kwargs)
+    monkeypatch.setattr(torch.optim.Adam, "step", measured)
+    P.train(P.parse_args([*TINY, "--max-grad-norm", "0.05", "--total-timesteps", "3072",
+                          "--run-dir", str(tmp_path)]))
+    assert len(norms) == 3 * 4 * 4 and max(norms) <= 0.05 * (1 + 1e-5), max(norms)
+    assert sum(abs(n - 0.05) < 1e-6 for n in norms) > len(norms) / 2, norms
+
+
+def test_a_cut_episode_bootstraps_from_its_final_observation_and_a_terminated_one_does_not(tmp_path,
+                                                                                            monkeypatch):
+    # Every episode of EndsAtItsLimit ends at its 16th step: by truncation alone, or terminated as well, which
+    # is termination. The rewards that reach compute_gae must be the task's plus gamma * V(final observation)
+    # at the steps truncated alone and nowhere else, in each of a member's 2 rollouts; every end is a done.
+    seen = dict(steps=[], agent=None, checked=0)
+    original_make, original_gae, original_value = P.make_envs, P.compute_gae, P.Agent.get_value
+
+    def make_envs(args, num_envs):
+        envs = original_make(args, num_envs)
+        if num_envs != args.num_envs:  # the fitness games'
+            return envs
+        step = envs.step
+
+        def recorded(action):
+            out = step(action)
+            seen["steps"].append((out[1].copy(), out[2].copy(), out[3].copy(), out[4].get("final_obs")))
+            return out
+        envs.step = recorded
+        return envs
+
+    def get_value(self, x):
+        seen["agent"] = self  # the member training now
+        return original_value(self, x)
+
+    def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+        agent, steps = seen["agent"], seen["steps"][-len(rewards):]  # this rollout's steps
+        raw = torch.tensor(np.array([s[0] for s in steps]), dtype=torch.float32)
+        term, trunc = (torch.tensor(np.array([s[i] for s in steps])) for i in (1, 2))
+        expected = raw.clone()
+        for t, (_, term_t, trunc_t, final_obs) in enumerate(steps):
+            for i in np.flatnonzero(trunc_t & ~term_t):
+                final = torch.as_tensor(final_obs[i], dtype=torch.float32)[None]
+                expected[t, i] += gamma * agent.get_value(final)[0]
+        assert (trunc & ~term).any() and (trunc & term).any()  # both ends in this rollout
+        assert dones[1:][(term | trunc)[:-1]].eq(1).all() and dones[1:].sum() == (term | trunc)[:-1].sum()
+        assert (expected - raw)[trunc & ~term].abs().min() > 1e-4  # the bootstrap is there
+        torch.testing.assert_close(rewards, expected)  # and nowhere else
+        seen["checked"] += 1
+        return original_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda)
+
+    monkeypatch.setattr(P, "make_envs", make_envs)
+    monkeypatch.setattr(P, "compute_gae", compute_gae)
+    monkeypatch.setattr(P.Agent, "get_value", get_value)
+    P.train(P.parse_args(["--env-id", "tiny_tasks:EndsAtItsLimit-v0", "--pop-size", "2", "--evo-steps", "2048",
+                          "--total-timesteps", "4096", "--eval-episodes", "4", "--run-dir", str(tmp_path)]))
+    assert seen["checked"] == 2 * 2  # 2 members, 2 rollouts each
 
 
 def test_each_epoch_takes_every_row_of_the_rollout_once_in_a_new_order(tmp_path, monkeypatch):

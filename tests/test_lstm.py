@@ -110,10 +110,12 @@ def test_get_value_is_one_step_on_in_the_same_episode():
 def test_truncation_bootstrap_joins_the_scaled_reward(tmp_path, monkeypatch):
     # CartPole cut at 10 steps: most episodes end by truncation. The rewards that reach compute_gae must be
     # the rollout's rewards divided by the std of the discounted returns and clipped, plus gamma * V(final
-    # observation) where a step truncated, and nothing else (the values are the ones get_value returned).
+    # observation) where a step truncated, and nothing else (the values are the ones get_value returned). V is
+    # the critic's, read with the cut episode's own memory: the critic's state after that step, of the envs cut;
+    # next_value reads the critic's state after the rollout's last step.
     import gymnasium as gym
-    seen = dict(steps=[], values=[], checked=0)
-    original_gae, original_value = P.compute_gae, P.Agent.get_value
+    seen = dict(steps=[], values=[], critic_states=[], checked=0)
+    original_gae, original_value, original_act = P.compute_gae, P.Agent.get_value, P.Agent.get_action_and_value
 
     def make_envs(args, num_envs):
         envs = gym.vector.SyncVectorEnv([lambda: gym.make(args.env_id, max_episode_steps=10)] * num_envs,
@@ -121,19 +123,26 @@ def test_truncation_bootstrap_joins_the_scaled_reward(tmp_path, monkeypatch):
         step = envs.step
         def recorded(action):
             out = step(action)
-            seen["steps"].append((out[1].copy(), out[2].copy(), out[3].copy()))
+            seen["steps"].append((out[1].copy(), out[2].copy(), out[3].copy(), out[4].get("final_obs")))
             return out
         envs.step = recorded
         return envs
 
     def get_value(self, x, state):
         seen["agent"] = self
-        seen["values"].append(original_value(self, x, state))
-        return seen["values"][-1]
+        seen["values"].append((original_value(self, x, state), x, state))
+        return seen["values"][-1][0]
+
+    def get_action_and_value(self, *args, **kwargs):
+        out = original_act(self, *args, **kwargs)
+        seen["critic_states"].append(out[-1][1])  # (h, c) after the step
+        return out
 
     def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
         agent, steps = seen["agent"], seen["steps"][-len(rewards):]  # this rollout's steps
-        finals, seen["values"] = seen["values"][:-1], []  # the last call was for next_value
+        critic = seen["critic_states"][-len(rewards):]  # the critic's state after each of them
+        calls, seen["values"] = seen["values"], []
+        finals, (_, _, next_state) = calls[:-1], calls[-1]  # the last call was for next_value
         raw = torch.tensor(np.array([s[0] for s in steps]), dtype=torch.float32)
         # The scale from every discounted sum so far, computed apart from the script's statistics.
         var = pooled_variance([discounted_sums(seen["steps"], gamma)])[0]
@@ -143,7 +152,11 @@ def test_truncation_bootstrap_joins_the_scaled_reward(tmp_path, monkeypatch):
         truncated = torch.tensor(np.array([s[2] & ~s[1] for s in steps]))
         for t in range(len(steps)):
             if truncated[t].any():
-                expected[t, truncated[t]] += gamma * finals.pop(0)
+                value, x, state = finals.pop(0)
+                expected[t, truncated[t]] += gamma * value
+                assert torch.equal(x, torch.as_tensor(np.stack(steps[t][3][truncated[t].numpy()])))
+                assert all(torch.equal(s, after[:, truncated[t]]) for s, after in zip(state, critic[t]))
+        assert all(torch.equal(s, after) for s, after in zip(next_state, critic[-1]))
         assert not finals and truncated.sum() >= 4 and dones[1:][truncated[:-1]].eq(1).all()
         torch.testing.assert_close(rewards, expected)
         seen["checked"] += 1
@@ -152,6 +165,7 @@ def test_truncation_bootstrap_joins_the_scaled_reward(tmp_path, monkeypatch):
     monkeypatch.setattr(P, "make_envs", make_envs)
     monkeypatch.setattr(P, "compute_gae", compute_gae)
     monkeypatch.setattr(P.Agent, "get_value", get_value)
+    monkeypatch.setattr(P.Agent, "get_action_and_value", get_action_and_value)
     P.train(P.parse_args(["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "384",
                           "--run-dir", str(tmp_path)]))
     assert seen["checked"] == 3
@@ -237,6 +251,9 @@ def test_state_is_carried_across_rollouts(tmp_path, monkeypatch):
     (["--mask", "1;3"], "--mask", "0 to 3"),
     (["--mask", "0,1,2,3"], "--mask", "not all"),  # nothing left to see
     (["--env-id", "tiny_tasks:ScalarBox-v0"], "--env-id", "one axis"),  # a Box of shape (): crashed
+    # Minibatches are of whole envs: 4 envs cannot make 16 (nor 3), though 4 x 32 steps would divide.
+    (["--num-envs", "4", "--num-minibatches", "16"], "--num-minibatches", "divisor of --num-envs"),
+    (["--num-envs", "4", "--num-minibatches", "3"], "--num-minibatches", "divisor of --num-envs"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(argv, flag, says, capsys):
     with pytest.raises(SystemExit) as e:

@@ -107,3 +107,24 @@ class ScalarBox(Reach):
 
 
 gym.register("ScalarBox-v0", ScalarBox, max_episode_steps=16)
+
+
+class EndsAtItsLimit(Match):
+    """Match with two actions, whose episodes all reach the time limit of 16 steps: the 16th is truncated, and
+    terminated as well where its action is 0, so that an episode ends by truncation alone or by both at once
+    (which is termination: no bootstrap)."""
+
+    def __init__(self, render_mode=None):
+        super().__init__(Discrete(2), render_mode)
+
+    def reset(self, seed=None, options=None):
+        self.steps = 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.steps += 1
+        obs, reward, _, truncated, info = super().step(action)
+        return obs, reward, self.steps == 16 and action == 0, truncated, info
+
+
+gym.register("EndsAtItsLimit-v0", EndsAtItsLimit, max_episode_steps=16)
