@@ -328,6 +328,26 @@ def test_eval_sees_the_training_normalization(tmp_path, monkeypatch):
         assert torch.equal(count, saved["obs_norm.count"])
 
 
+def test_eval_carries_each_envs_memory_from_step_to_step(tmp_path, monkeypatch):
+    # --eval plays with memory, as training acts: every step reads the states the step before returned, from
+    # zero states at the start (each env's one scored episode begins there).
+    out = run("--total-timesteps", "1024", "--run-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    calls, original = [], P.Agent.get_action_and_value
+
+    def spy(self, x, states, done, *args, **kwargs):
+        out = original(self, x, states, done, *args, **kwargs)
+        calls.append((states, done, out[-1]))
+        return out
+    monkeypatch.setattr(P.Agent, "get_action_and_value", spy)
+    P.evaluate(P.parse_args(["--eval", str(tmp_path), "--eval-episodes", "2"]))
+    assert len(calls) > 10 and all(not s.any() for state in calls[0][0] for s in state)
+    for (_, _, returned), (read, done, _) in zip(calls, calls[1:]):
+        assert not done.any()  # nothing zeroes them
+        assert all(torch.equal(a, b) for ours, theirs in zip(returned, read) for a, b in zip(ours, theirs))
+    assert any(s.any() for state in calls[-1][2] for s in state)  # not zeros all along
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["MatchMultiBinary-v0", "MatchMultiDiscrete-v0"])
 def test_learns_a_multibinary_and_a_multidiscrete_task(tmp_path, task):
