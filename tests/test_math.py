@@ -130,7 +130,8 @@ def test_policy_clipping(script, ratio, advantage, expected_pg, clipped):
 
 
 def test_annealed_clip_range(script):
-    # The same ratio is clipped by a smaller (annealed) range and not by the full one; clipfrac follows.
+    # The same ratio is clipped by a smaller (annealed) range and not by the full one; clipfrac follows. That
+    # train() passes ppo_atari.py's annealed range to every minibatch is checked in test_cli.py.
     inputs = loss_inputs(1.08, 1.0)
     _, full = call_loss(script, inputs, clip_coef=0.1, vf_coef=0.0, ent_coef=0.0)
     _, annealed = call_loss(script, inputs, clip_coef=0.05, vf_coef=0.0, ent_coef=0.0)
