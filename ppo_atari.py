@@ -561,8 +561,8 @@ def evaluate(args):
     envs.close()
     if args.gif:  # 15 steps a second
         from PIL import Image
-        images = [Image.fromarray(frame) for frame in frames]
-        images[0].save(args.gif, save_all=True, append_images=images[1:], duration=67, loop=0)
+        first, *rest = [Image.fromarray(frame) for frame in frames]
+        first.save(args.gif, "GIF", save_all=True, append_images=rest, duration=67, loop=0)
         print(f"wrote {args.gif}, the first game")
     print(f"{len(scores)} episodes: {scores.mean():.1f} +- {scores.std():.1f}")
     return scores

@@ -402,8 +402,8 @@ def play(agent, args, seeds):
     envs.close()
     if args.gif:  # half the frames, half size: 25 a second
         from PIL import Image
-        images = [Image.fromarray(frame).reduce(2) for frame in frames[::2]]
-        images[0].save(args.gif, save_all=True, append_images=images[1:], duration=40, loop=0)
+        first, *rest = [Image.fromarray(frame).reduce(2) for frame in frames[::2]]
+        first.save(args.gif, "GIF", save_all=True, append_images=rest, duration=40, loop=0)
         print(f"wrote {args.gif}, the first episode")
     return totals
 

@@ -217,13 +217,13 @@ def test_eval_with_gif_ends_for_a_policy_that_never_fires(tmp_path, monkeypatch)
         envs.step = lambda action: steps.append(step(action)) or steps[-1]
         return envs
     monkeypatch.setattr(P, "make_envs", counted)
-    gif = tmp_path / "game.gif"
+    gif = tmp_path / "game"  # a GIF whatever the name: PIL would take the format from its extension
     scores = P.evaluate(P.parse_args(["--eval", str(tmp_path / "r"), "--eval-episodes", "2", "--gif", str(gif)]))
     assert len(steps) == 500 and steps[-1][3].all() and not any(s[2].any() or s[3].any() for s in steps[:-1])
     assert list(scores) == [0, 0]
     from PIL import Image
     with Image.open(gif) as image:
-        assert image.size == (252, 252)
+        assert image.format == "GIF" and image.size == (252, 252)
 
 
 @pytest.mark.slow

@@ -230,10 +230,10 @@ def test_run_outputs_same_seed_same_run_and_eval_gif(tmp_path):
         for row in rows[0] + rows[1]:
             row.pop("sps", None), row.pop("wall_time", None)
         assert rows[0] == rows[1] and len(rows[0]) > 0, name
-    gif = tmp_path / "episode.gif"
+    gif = tmp_path / "episode"  # a GIF whatever the name: PIL would take the format from its extension
     out = run("--eval", str(tmp_path / "a" / "checkpoint.pt"), "--eval-episodes", "2", "--gif", str(gif))
     assert out.returncode == 0, out.stderr
-    assert "2 episodes: " in out.stdout and gif.stat().st_size > 1000
+    assert "2 episodes: " in out.stdout and gif.stat().st_size > 1000 and gif.read_bytes()[:4] == b"GIF8"
     (tmp_path / "broken.pt").write_bytes((tmp_path / "a" / "checkpoint.pt").read_bytes()[:300])
     out = run("--eval", str(tmp_path / "broken.pt"))
     assert out.returncode == 1 and "Traceback" not in out.stderr and "broken.pt" in out.stderr

@@ -286,12 +286,12 @@ def test_run_resume_eval_and_broken_checkpoint(tmp_path):
         out = run("--eval", str(path), "--eval-episodes", "3")
         assert out.returncode == 0, out.stderr
         assert f"member {best['id']}, 3 episodes: " in out.stdout
-    gif = tmp_path / "best.gif"
+    gif = tmp_path / "best"  # a GIF whatever the name: PIL would take the format from its extension
     out = run("--eval", str(run_dir), "--eval-episodes", "2", "--deterministic", "--gif", str(gif))
     assert out.returncode == 0 and "XDG_RUNTIME_DIR" not in out.stderr, out.stderr  # no display needed
     from PIL import Image
     with Image.open(gif) as image:
-        assert gif.stat().st_size > 1000 and image.n_frames >= 8  # a CartPole episode lasts 8 steps at least
+        assert image.format == "GIF" and gif.stat().st_size > 1000 and image.n_frames >= 8  # a CartPole episode lasts 8 steps at least
     for argv, flag in [(["--resume", str(run_dir)], "--resume"), (["--gif", str(tmp_path / "no" / "a.gif")], "--gif")]:
         out = run("--eval", str(run_dir), *argv)
         assert out.returncode == 2 and flag in last_line(out.stderr), out.stderr

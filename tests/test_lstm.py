@@ -295,10 +295,10 @@ def test_run_resume_eval_gif_and_normalization_saved(tmp_path):
     assert ckpt["global_step"] == 512 and ckpt["model"]["obs_norm.count"] > 256  # the statistics travel with it
     out = run("--resume", str(run_dir / "checkpoint.pt"), "--num-envs", "4")
     assert out.returncode == 2 and "--num-envs" in out.stderr.strip().splitlines()[-1]
-    gif = tmp_path / "episode.gif"
+    gif = tmp_path / "episode"  # a GIF whatever the name: PIL would take the format from its extension
     out = run("--eval", str(run_dir / "checkpoint.pt"), "--eval-episodes", "3", "--gif", str(gif))
     assert out.returncode == 0, out.stderr
-    assert "3 episodes: " in out.stdout and gif.stat().st_size > 1000
+    assert "3 episodes: " in out.stdout and gif.stat().st_size > 1000 and gif.read_bytes()[:4] == b"GIF8"
     (tmp_path / "broken.pt").write_bytes((run_dir / "checkpoint.pt").read_bytes()[:200])
     out = run("--eval", str(tmp_path / "broken.pt"))
     assert out.returncode == 1 and "Traceback" not in out.stderr and "broken.pt" in out.stderr
