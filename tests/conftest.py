@@ -186,5 +186,47 @@ def assert_advantages_normalized_per_minibatch(updates, args):
             assert torch.equal(epoch.sort().values, advantages.sort().values)
 
 
+def record_steps_and_the_agent(P, monkeypatch, training_only=False):
+    """Every vector env P.make_envs makes records each step: (reward, term, trunc, final observations or None);
+    P.Agent.get_value records the agent it ran for last. -> dict(steps=[...], agent=..., checked=0).
+    training_only: envs of another size than --num-envs (ppo_evolve.py's fitness games) record nothing."""
+    seen = dict(steps=[], agent=None, checked=0)
+    make, get_value = P.make_envs, P.Agent.get_value
+
+    def make_envs(args, num_envs, **overrides):
+        envs = make(args, num_envs, **overrides)
+        if training_only and num_envs != args.num_envs:
+            return envs
+        step = envs.step
+
+        def recorded(action):
+            out = step(action)
+            final_obs = out[4].get("final_obs")
+            final_obs = None if final_obs is None else final_obs.copy()
+            seen["steps"].append((out[1].copy(), out[2].copy(), out[3].copy(), final_obs))
+            return out
+        envs.step = recorded
+        return envs
+
+    def spy(self, *args):
+        seen["agent"] = self
+        return get_value(self, *args)
+    monkeypatch.setattr(P, "make_envs", make_envs)
+    monkeypatch.setattr(P.Agent, "get_value", spy)
+    return seen
+
+
+def measure_gradient_norms(monkeypatch):
+    """Every Adam step records the norm of the whole gradient it takes (all its parameters together). -> [norm]"""
+    norms, step = [], torch.optim.Adam.step
+
+    def measured(adam, *args, **kwargs):
+        grads = [p.grad.flatten() for group in adam.param_groups for p in group["params"] if p.grad is not None]
+        norms.append(torch.cat(grads).norm().item())
+        return step(adam, *args, **kwargs)
+    monkeypatch.setattr(torch.optim.Adam, "step", measured)
+    return norms
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than a few seconds (end-to-end runs, learning checks)")

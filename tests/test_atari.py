@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import load_script, read_csv
+from conftest import load_script, read_csv, record_steps_and_the_agent
 from conftest import run as run_script
 
 P = load_script("ppo_atari")
@@ -108,25 +108,8 @@ def test_rewards_reach_gae_as_their_sign_and_a_cut_game_adds_gamma_v_of_its_last
     # [atari-6] Space Invaders scores 5 to 30 a hit. The rewards that reach compute_gae must be each step's sign,
     # plus gamma * V(the cut game's last frames) where the frame cap (400 frames, about 100 steps) cut a game,
     # and nothing else: a lost life or a game over adds nothing.
-    seen = dict(steps=[], agent=None, checked=0)
-    original_make, original_gae, original_value = P.make_envs, P.compute_gae, P.Agent.get_value
-
-    def make_envs(args, num_envs, **overrides):
-        envs = original_make(args, num_envs, **overrides)
-        step = envs.step
-
-        def recorded(action):
-            out = step(action)
-            final_obs = out[4].get("final_obs")
-            seen["steps"].append((out[1].copy(), out[2].copy(), out[3].copy(), None if final_obs is None
-                                  else final_obs.copy()))
-            return out
-        envs.step = recorded
-        return envs
-
-    def get_value(self, x):
-        seen["agent"] = self
-        return original_value(self, x)
+    seen = record_steps_and_the_agent(P, monkeypatch)
+    original_gae = P.compute_gae
 
     def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
         agent, steps = seen["agent"], seen["steps"][-len(rewards):]  # this rollout's steps
@@ -142,9 +125,7 @@ def test_rewards_reach_gae_as_their_sign_and_a_cut_game_adds_gamma_v_of_its_last
         seen["checked"] += 1
         return original_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda)
 
-    monkeypatch.setattr(P, "make_envs", make_envs)
     monkeypatch.setattr(P, "compute_gae", compute_gae)
-    monkeypatch.setattr(P.Agent, "get_value", get_value)
     P.train(P.Args(env_id="SpaceInvaders", total_timesteps=1024, num_envs=4, num_steps=128, device="cpu",
                    max_episode_frames=400, run_dir=str(tmp_path)))
     assert seen["checked"] == 2

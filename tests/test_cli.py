@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from conftest import (ROOT, SCRIPTS, DisabledBar, assert_advantages_normalized_per_minibatch,
-                      assert_each_epoch_takes_every_row_once_in_a_new_order, load_script, read_csv, run,
-                      spy_on_the_losses, spy_on_the_minibatches, stop_after_the_first_update,
+                      assert_each_epoch_takes_every_row_once_in_a_new_order, load_script,
+                      measure_gradient_norms, read_csv, run, spy_on_the_losses, spy_on_the_minibatches, stop_after_the_first_update,
                       train_to_the_end)
 
 # A few updates of 256 environment steps each, with a checkpoint after every update.
@@ -267,13 +267,7 @@ def test_every_adam_step_takes_a_gradient_clipped_to_max_grad_norm(name, tmp_pat
     # [core-11] The whole gradient, all the agent's parameters together, is scaled down to --max-grad-norm before
     # each step. At 0.05 almost every raw gradient is longer: the steps see norms of 0.05, none above.
     P = load_script(name)
-    norms, step = [], torch.optim.Adam.step
-
-    def measured(adam, *args, **kwargs):
-        grads = [p.grad.flatten() for group in adam.param_groups for p in group["params"] if p.grad is not None]
-        norms.append(torch.cat(grads).norm().item())
-        return step(adam, *args, **kwargs)
-    monkeypatch.setattr(torch.optim.Adam, "step", measured)
+    norms = measure_gradient_norms(monkeypatch)
     P.train(P.parse_args([*SMALL[name], "--max-grad-norm", "0.05", "--total-timesteps", "512",
                           "--run-dir", str(tmp_path)]))
     assert norms and max(norms) <= 0.05 * (1 + 1e-5), max(norms)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.distributions import AffineTransform, Independent, Normal, TanhTransform, TransformedDistribution
 
-from conftest import ROOT, discounted_sums, load_script, pooled_variance
+from conftest import ROOT, discounted_sums, load_script, pooled_variance, record_steps_and_the_agent
 
 P = load_script("ppo_continuous")
 SMALL = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--num-minibatches", "4", "--update-epochs", "2"]
@@ -136,22 +136,8 @@ def test_truncation_bootstraps_from_the_final_observations_value(tmp_path, monke
     # Pendulum always ends by truncation at step 200. The rewards that reach compute_gae at those steps
     # must be the scaled reward plus gamma * V(final observation); with truncation taken as termination
     # they would be the scaled reward alone, and this test fails.
-    seen = dict(steps=[], agent=None)
-    original_make, original_gae, original_value = P.make_envs, P.compute_gae, P.Agent.get_value
-
-    def make_envs(args, num_envs):
-        envs = original_make(args, num_envs)
-        step = envs.step
-        def recorded(action):
-            out = step(action)
-            seen["steps"].append((out[1].copy(), out[2].copy(), out[3].copy(), out[4].get("final_obs")))
-            return out
-        envs.step = recorded
-        return envs
-
-    def get_value(self, x):
-        seen["agent"] = self
-        return original_value(self, x)
+    seen = record_steps_and_the_agent(P, monkeypatch)
+    original_gae = P.compute_gae
 
     def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
         agent, steps = seen["agent"], seen["steps"][-len(rewards):]  # this rollout's steps
@@ -169,16 +155,14 @@ def test_truncation_bootstraps_from_the_final_observations_value(tmp_path, monke
         assert truncated.sum() == 2 and dones[1:][truncated[:-1]].eq(1).all()  # a done all the same
         assert (expected - scaled)[truncated].abs().min() > 1e-3  # the bootstrap is there, and not small
         torch.testing.assert_close(rewards, expected)  # and nowhere else, in this rollout or a later one
-        seen["checked"] = seen.get("checked", 0) + 1
+        seen["checked"] += 1
         return original_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda)
 
-    monkeypatch.setattr(P, "make_envs", make_envs)
     monkeypatch.setattr(P, "compute_gae", compute_gae)
-    monkeypatch.setattr(P.Agent, "get_value", get_value)
     # 3 rollouts of 256 steps: the truncations fall at steps 200, 144 and 88 of each rollout
     P.train(P.parse_args(["--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "256",
                           "--total-timesteps", "1536", "--run-dir", str(tmp_path)]))
-    assert seen.get("checked") == 3
+    assert seen["checked"] == 3
 
 
 @pytest.mark.slow

@@ -18,8 +18,9 @@ import torch
 
 import tiny_tasks  # noqa: F401  (registers the tests' own tasks)
 from conftest import (ROOT, DisabledBar, InProcess, assert_advantages_normalized_per_minibatch,
-                      assert_each_epoch_takes_every_row_once_in_a_new_order, load_script, spy_on_the_losses,
-                      spy_on_the_minibatches, stop_after_the_first_update, train_to_the_end)
+                      assert_each_epoch_takes_every_row_once_in_a_new_order, load_script, measure_gradient_norms,
+                      record_steps_and_the_agent, spy_on_the_losses, spy_on_the_minibatches,
+                      stop_after_the_first_update, train_to_the_end)
 
 P = load_script("ppo_evolve")
 ARGS = P.Args()
@@ -432,13 +433,7 @@ def test_every_minibatch_loss_takes_the_flags_and_advantages_normalized_as_asked
 def test_every_adam_step_takes_a_gradient_clipped_to_max_grad_norm(tmp_path, monkeypatch):
     # [core-11] As in the other scripts (test_cli.py): the whole gradient, the actor's and the critic's
     # together, is scaled down to --max-grad-norm before each step.
-    norms, step = [], torch.optim.Adam.step
-
-    def measured(adam, *args, **kwargs):
-        grads = [p.grad.flatten() for group in adam.param_groups for p in group["params"] if p.grad is not None]
-        norms.append(torch.cat(grads).norm().item())
-        return step(adam, *args, **kwargs)
-    monkeypatch.setattr(torch.optim.Adam, "step", measured)
+    norms = measure_gradient_norms(monkeypatch)
     P.train(P.parse_args([*TINY, "--max-grad-norm", "0.05", "--total-timesteps", "3072",
                           "--run-dir", str(tmp_path)]))
     assert len(norms) == 3 * 4 * 4 and max(norms) <= 0.05 * (1 + 1e-5), max(norms)
@@ -450,25 +445,8 @@ def test_a_cut_episode_bootstraps_from_its_final_observation_and_a_terminated_on
     # Every episode of EndsAtItsLimit ends at its 16th step: by truncation alone, or terminated as well, which
     # is termination. The rewards that reach compute_gae must be the task's plus gamma * V(final observation)
     # at the steps truncated alone and nowhere else, in each of a member's 2 rollouts; every end is a done.
-    seen = dict(steps=[], agent=None, checked=0)
-    original_make, original_gae, original_value = P.make_envs, P.compute_gae, P.Agent.get_value
-
-    def make_envs(args, num_envs):
-        envs = original_make(args, num_envs)
-        if num_envs != args.num_envs:  # the fitness games'
-            return envs
-        step = envs.step
-
-        def recorded(action):
-            out = step(action)
-            seen["steps"].append((out[1].copy(), out[2].copy(), out[3].copy(), out[4].get("final_obs")))
-            return out
-        envs.step = recorded
-        return envs
-
-    def get_value(self, x):
-        seen["agent"] = self  # the member training now
-        return original_value(self, x)
+    seen = record_steps_and_the_agent(P, monkeypatch, training_only=True)
+    original_gae = P.compute_gae
 
     def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
         agent, steps = seen["agent"], seen["steps"][-len(rewards):]  # this rollout's steps
@@ -486,9 +464,7 @@ def test_a_cut_episode_bootstraps_from_its_final_observation_and_a_terminated_on
         seen["checked"] += 1
         return original_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda)
 
-    monkeypatch.setattr(P, "make_envs", make_envs)
     monkeypatch.setattr(P, "compute_gae", compute_gae)
-    monkeypatch.setattr(P.Agent, "get_value", get_value)
     P.train(P.parse_args(["--env-id", "tiny_tasks:EndsAtItsLimit-v0", "--pop-size", "2", "--evo-steps", "2048",
                           "--total-timesteps", "4096", "--eval-episodes", "4", "--run-dir", str(tmp_path)]))
     assert seen["checked"] == 2 * 2  # 2 members, 2 rollouts each
