@@ -386,7 +386,7 @@ def train(args):
             lr = args.learning_rate * (frac if args.anneal_lr else 1.0)
             optimizer.param_groups[0]["lr"] = lr
             # ---- 2. rollout
-            first = states  # the update replays from these
+            first = states  # the update replays from these (never changed in place)
             bootstraps.zero_()
             for step in range(args.num_steps):
                 obs[step] = on_device(next_obs)
