@@ -17,6 +17,21 @@ def run(*argv):
     return run_script("ppo_atari", *argv)
 
 
+def test_the_network_is_the_nature_cnn_on_frames_scaled_to_0_1():
+    # [atari-8, atari-9] Three convolutions (32 of 8x8, stride 4; 64 of 4x4, stride 2; 64 of 3x3, stride 1), then
+    # 3136 -> 512, on frames divided by 255: a frame of 255s gives what a frame of ones does.
+    import types
+    agent = P.Agent(types.SimpleNamespace(single_action_space=gym.spaces.Discrete(4)), P.Args())
+    convs = [(m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding)
+             for m in agent.network if isinstance(m, torch.nn.Conv2d)]
+    assert convs == [(4, 32, (8, 8), (4, 4), (0, 0)), (32, 64, (4, 4), (2, 2), (0, 0)),
+                     (64, 64, (3, 3), (1, 1), (0, 0))]
+    assert (agent.network[-2].in_features, agent.network[-2].out_features) == (64 * 7 * 7, 512)
+    frames = torch.full((2, 4, 84, 84), 255, dtype=torch.uint8)
+    with torch.no_grad():
+        torch.testing.assert_close(agent.features(frames), agent.network(torch.ones(2, 4, 84, 84)))
+
+
 # --------------------------------------------------------------------------------- the environment
 def test_env_id_spellings():
     for name in ("Breakout", "BreakoutNoFrameskip-v4", "ALE/Breakout-v5", "breakout"):

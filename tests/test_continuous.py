@@ -123,12 +123,14 @@ def test_squash_at_float32s_largest_bounds_stays_finite():
 
 
 def test_squash_is_refused_for_bounds_tanh_cannot_map_onto(capsys):
-    # tanh maps onto finite bounds, apart: infinite ones made the scale infinite and the actions NaN.
-    with pytest.raises(SystemExit) as e:
-        P.parse_args(["--env-id", "tiny_tasks:ReachAnywhere-v0", "--squash"])
-    last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert e.value.code == 2 and "--squash" in last and "inf" in last, last
-    assert P.parse_args(["--env-id", "tiny_tasks:ReachAnywhere-v0"]).env_id  # the Gaussian clips nothing
+    # tanh maps onto finite bounds, apart: infinite ones made the scale infinite and the actions NaN, and bounds
+    # of zero width make its log -inf.
+    for task, shown in [("ReachAnywhere-v0", "inf"), ("ReachAlongALine-v0", "[1. 0.]")]:
+        with pytest.raises(SystemExit) as e:
+            P.parse_args(["--env-id", f"tiny_tasks:{task}", "--squash"])
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert e.value.code == 2 and "--squash" in last and shown in last, last
+        assert P.parse_args(["--env-id", f"tiny_tasks:{task}"]).squash is False  # the Gaussian clips: no refusal
 
 
 @pytest.mark.slow

@@ -234,6 +234,8 @@ def test_workers_are_one_a_member_at_most_and_by_default_the_cores_this_process_
 TINY = ["--total-timesteps", "6144", "--evo-steps", "1024", "--pop-size", "3", "--eval-episodes", "4"]
 UPDATE_COLUMNS = ("global_step,sps,learning_rate,clip_coef,pg_loss,v_loss,entropy,approx_kl,clipfrac,"
                   "explained_variance,member")
+POPULATION_COLUMNS = ("global_step,eval_steps,generation,member,parent,mutation,fitness,learning_rate,ent_coef,"
+                      "clip_coef,gae_lambda")
 
 
 def read_csv(path):
@@ -258,6 +260,7 @@ def test_run_resume_eval_and_broken_checkpoint(tmp_path):
     ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=True)  # plain data only
     assert ckpt["format"] == P.FORMAT and ckpt["global_step"] == 6144 and len(ckpt["population"]) == 3
     rows = np.genfromtxt(run_dir / "population.csv", delimiter=",", names=True, dtype=None, encoding=None)
+    assert (run_dir / "population.csv").read_text().splitlines()[0] == POPULATION_COLUMNS  # the lineage too
     assert len(rows) == 6 and list(rows["generation"]) == [0, 0, 0, 1, 1, 1]
     assert list(rows["global_step"]) == list(range(1024, 6145, 1024))
     assert (rows["eval_steps"] >= 4 * 8).all()  # each member's 4 fitness episodes, of 8 steps at least
@@ -468,6 +471,22 @@ def test_a_cut_episode_bootstraps_from_its_final_observation_and_a_terminated_on
     P.train(P.parse_args(["--env-id", "tiny_tasks:EndsAtItsLimit-v0", "--pop-size", "2", "--evo-steps", "2048",
                           "--total-timesteps", "4096", "--eval-episodes", "4", "--run-dir", str(tmp_path)]))
     assert seen["checked"] == 2 * 2  # 2 members, 2 rollouts each
+
+
+def test_a_member_that_trains_on_draws_new_numbers_each_generation(tmp_path, monkeypatch):
+    # A member's random numbers come from the run's seed, the generation and its id. The elite, and under
+    # --no-evolve every member, keeps its id: its envs must not replay the same episodes each generation.
+    seeds, make = [], P.make_envs
+
+    def make_envs(args, num_envs):
+        envs = make(args, num_envs)
+        if num_envs == args.num_envs:  # a member's training envs, not its fitness games
+            reset = envs.reset
+            envs.reset = lambda seed=None, **options: seeds.append(seed) or reset(seed=seed, **options)
+        return envs
+    monkeypatch.setattr(P, "make_envs", make_envs)
+    P.train(P.parse_args([*TINY, "--no-evolve", "--run-dir", str(tmp_path)]))
+    assert len(seeds) == 2 * 3 and len(set(seeds)) == 2 * 3  # 2 generations of the same 3 members
 
 
 def test_each_epoch_takes_every_row_of_the_rollout_once_in_a_new_order(tmp_path, monkeypatch):

@@ -278,6 +278,7 @@ def test_any_task_any_mask():
 def test_masks():
     envs = P.make_envs(P.Args(), 1)  # CartPole: cart position, cart velocity, pole angle, pole velocity
     assert P.parse_args([]).mask == "1,3" and P.Agent(envs, P.parse_args([])).visible == [0, 2]
+    assert P.parse_args(["--env-id", "CartPole-v0"]).mask == "1,3"  # the same observation
     # The default mask is CartPole's alone: on another task it hides nothing.
     assert P.parse_args(["--env-id", "Pendulum-v1"]).mask == "none"
     assert P.parse_args(["--env-id", "LunarLander-v3"]).mask == "none"

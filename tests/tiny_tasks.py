@@ -128,3 +128,14 @@ class EndsAtItsLimit(Match):
 
 
 gym.register("EndsAtItsLimit-v0", EndsAtItsLimit, max_episode_steps=16)
+
+
+class ReachAlongALine(Reach):
+    """Reach whose second action dimension has bounds of zero width: nothing for tanh to map onto."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 0.0], np.float32))
+
+
+gym.register("ReachAlongALine-v0", ReachAlongALine, max_episode_steps=16)
