@@ -3,6 +3,8 @@ import ast
 import io
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tokenize
 
@@ -157,6 +159,19 @@ def test_one_idea_per_line(name):
     if_statements = [node.lineno for node in ast.walk(tree)
                      if isinstance(node, ast.Expr) and isinstance(node.value, ast.IfExp)]
     assert not if_statements, f"conditional expressions used as statements at {if_statements}"
+
+
+def test_nothing_else_at_the_top_level():
+    """The repository's top level holds the four scripts, tests/, docs/, the requirements, the README, the
+    license, .gitignore and .ci/ (a process id file was once committed there by a careless `git add -A`)."""
+    if shutil.which("git") is None:
+        pytest.skip("no git to list the tracked files")
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    allowed = {f"{name}.py" for name in SCRIPTS} | {"tests", "docs", ".ci", "requirements.txt", "README.md",
+                                                     "LICENSE", ".gitignore"}
+    assert {path.split("/")[0] for path in tracked} <= allowed
 
 
 def test_no_reference_to_files_outside_the_repository():
