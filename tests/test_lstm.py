@@ -251,7 +251,7 @@ def test_state_is_carried_across_rollouts(tmp_path, monkeypatch):
     (["--mask", "1;3"], "--mask", "0 to 3"),
     (["--mask", "0,1,2,3"], "--mask", "not all"),  # nothing left to see
     (["--env-id", "tiny_tasks:ScalarBox-v0"], "--env-id", "one axis"),  # a Box of shape (): crashed
-    # Minibatches are of whole envs: 4 envs cannot make 16 (nor 3), though 4 x 32 steps would divide.
+    # Minibatches are of whole envs: 4 envs cannot make 16, though 4 x 32 steps would divide into 16; nor 3.
     (["--num-envs", "4", "--num-minibatches", "16"], "--num-minibatches", "divisor of --num-envs"),
     (["--num-envs", "4", "--num-minibatches", "3"], "--num-minibatches", "divisor of --num-envs"),
 ])
