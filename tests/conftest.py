@@ -216,6 +216,16 @@ def record_steps_and_the_agent(P, monkeypatch, training_only=False):
     return seen
 
 
+def plus_bootstraps(rewards, steps, agent, gamma):
+    """rewards (T, N) plus gamma * V(final observation) at each recorded step truncated and not terminated, V
+    from the agent's get_value on the raw final observation -> the rewards compute_gae must be given."""
+    expected = rewards.clone()
+    for t, (_, term, trunc, final_obs) in enumerate(steps):
+        for i in np.flatnonzero(trunc & ~term):
+            expected[t, i] += gamma * agent.get_value(torch.as_tensor(final_obs[i])[None])[0]
+    return expected
+
+
 def measure_gradient_norms(monkeypatch):
     """Every Adam step records the norm of the whole gradient it takes (all its parameters together). -> [norm]"""
     norms, step = [], torch.optim.Adam.step

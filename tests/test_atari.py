@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import load_script, read_csv, record_steps_and_the_agent
+from conftest import load_script, plus_bootstraps, read_csv, record_steps_and_the_agent
 from conftest import run as run_script
 
 P = load_script("ppo_atari")
@@ -130,10 +130,7 @@ def test_rewards_reach_gae_as_their_sign_and_a_cut_game_adds_gamma_v_of_its_last
         agent, steps = seen["agent"], seen["steps"][-len(rewards):]  # this rollout's steps
         raw = torch.tensor(np.array([s[0] for s in steps]), dtype=torch.float32)
         term, trunc = (torch.tensor(np.array([s[i] for s in steps])) for i in (1, 2))
-        expected = raw.sign()
-        for t, (_, term_t, trunc_t, final_obs) in enumerate(steps):
-            for i in np.flatnonzero(trunc_t & ~term_t):
-                expected[t, i] += gamma * agent.get_value(torch.as_tensor(final_obs[i])[None])[0]
+        expected = plus_bootstraps(raw.sign(), steps, agent, gamma)
         assert raw.abs().max() >= 5 and (trunc & ~term).any()  # the sign and the bootstrap both matter
         assert dones[1:][(term | trunc)[:-1]].eq(1).all()
         torch.testing.assert_close(rewards, expected, rtol=1e-5, atol=1e-5)

@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch.distributions import AffineTransform, Independent, Normal, TanhTransform, TransformedDistribution
 
-from conftest import ROOT, discounted_sums, load_script, pooled_variance, record_steps_and_the_agent
+from conftest import (ROOT, discounted_sums, load_script, plus_bootstraps, pooled_variance,
+                      record_steps_and_the_agent)
 
 P = load_script("ppo_continuous")
 SMALL = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--num-minibatches", "4", "--update-epochs", "2"]
@@ -148,11 +149,7 @@ def test_truncation_bootstraps_from_the_final_observations_value(tmp_path, monke
         var = pooled_variance([discounted_sums(seen["steps"], gamma)])[0]
         torch.testing.assert_close(agent.return_norm.var, torch.tensor(var), rtol=1e-6, atol=0)
         scaled = (raw / torch.tensor(var + 1e-8).sqrt().float()).clamp(-10, 10)
-        expected = scaled.clone()
-        for t, (_, term, trunc, final_obs) in enumerate(steps):
-            for i in np.flatnonzero(trunc & ~term):
-                final = torch.as_tensor(final_obs[i], dtype=torch.float32)[None]  # raw
-                expected[t, i] += gamma * agent.get_value(final)[0]
+        expected = plus_bootstraps(scaled, steps, agent, gamma)
         truncated = torch.tensor(np.array([s[2] for s in steps]))
         assert truncated.sum() == 2 and dones[1:][truncated[:-1]].eq(1).all()  # a done all the same
         assert (expected - scaled)[truncated].abs().min() > 1e-3  # the bootstrap is there, and not small

@@ -19,7 +19,7 @@ import torch
 import tiny_tasks  # noqa: F401  (registers the tests' own tasks)
 from conftest import (ROOT, DisabledBar, InProcess, assert_advantages_normalized_per_minibatch,
                       assert_each_epoch_takes_every_row_once_in_a_new_order, load_script, measure_gradient_norms,
-                      record_steps_and_the_agent, spy_on_the_losses, spy_on_the_minibatches,
+                      plus_bootstraps, record_steps_and_the_agent, spy_on_the_losses, spy_on_the_minibatches,
                       stop_after_the_first_update, train_to_the_end)
 
 P = load_script("ppo_evolve")
@@ -455,11 +455,7 @@ def test_a_cut_episode_bootstraps_from_its_final_observation_and_a_terminated_on
         agent, steps = seen["agent"], seen["steps"][-len(rewards):]  # this rollout's steps
         raw = torch.tensor(np.array([s[0] for s in steps]), dtype=torch.float32)
         term, trunc = (torch.tensor(np.array([s[i] for s in steps])) for i in (1, 2))
-        expected = raw.clone()
-        for t, (_, term_t, trunc_t, final_obs) in enumerate(steps):
-            for i in np.flatnonzero(trunc_t & ~term_t):
-                final = torch.as_tensor(final_obs[i], dtype=torch.float32)[None]
-                expected[t, i] += gamma * agent.get_value(final)[0]
+        expected = plus_bootstraps(raw, steps, agent, gamma)
         assert (trunc & ~term).any() and (trunc & term).any()  # both ends in this rollout
         assert dones[1:][(term | trunc)[:-1]].eq(1).all() and dones[1:].sum() == (term | trunc)[:-1].sum()
         assert (expected - raw)[trunc & ~term].abs().min() > 1e-4  # the bootstrap is there
